@@ -1,0 +1,136 @@
+"""The catalog's data model: plain frozen data, shared by planner and runtime.
+
+Persistence lives in streamdb/runtime/catalog_store.py; this module only
+describes what a relation is, so that planning can stay pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from streamdb.types import SqlType, type_from_name
+
+RelationKind = Literal["stream", "table", "view", "materialized_view"]
+ColumnRole = Literal["KEY", "HEADERS", "HEADER"]
+
+# Relation OIDs start where Postgres starts user objects, so tools see familiar numbers.
+FIRST_USER_OID = 16384
+PUBLIC_SCHEMA = "public"
+PUBLIC_SCHEMA_OID = 2200
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnDef:
+    name: str
+    type: SqlType
+    nullable: bool = True
+    role: ColumnRole | None = None  # stream columns: KEY, HEADERS or HEADER('k')
+    header_key: str | None = None
+    default_sql: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "type": self.type.name, "nullable": self.nullable,
+            "role": self.role, "header_key": self.header_key, "default_sql": self.default_sql,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> ColumnDef:
+        t = type_from_name(d["type"])
+        assert t is not None, d["type"]
+        return ColumnDef(d["name"], t, d.get("nullable", True), d.get("role"), d.get("header_key"),
+                         d.get("default_sql"))
+
+
+@dataclass(frozen=True, slots=True)
+class RelationDef:
+    id: int
+    name: str
+    kind: RelationKind
+    columns: tuple[ColumnDef, ...]
+    schema: str = PUBLIC_SCHEMA
+    primary_key: tuple[str, ...] = ()
+    # A stream declared without columns: events are JSON objects, columns are their keys.
+    # `columns` then holds the columns observed so far (widened as events arrive).
+    schemaless: bool = False
+    timestamp_column: str | None = None  # event-time column; None => ROWTIME is arrival time
+    partitions: int = 1
+    value_format: str = "json"
+    options: tuple[tuple[str, str], ...] = ()  # remaining WITH options, as given
+    create_sql: str = ""
+    created_at: float = 0.0
+    depends_on: tuple[int, ...] = ()
+    extra: tuple[tuple[str, Any], ...] = field(default=())  # later issues' per-kind settings
+
+    @property
+    def oid(self) -> int:
+        return FIRST_USER_OID + self.id
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def column(self, name: str) -> ColumnDef | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """Primary key of a table, or the KEY column of a stream."""
+        if self.primary_key:
+            return self.primary_key
+        return tuple(c.name for c in self.columns if c.role == "KEY")
+
+    def with_columns(self, columns: tuple[ColumnDef, ...]) -> RelationDef:
+        return replace(self, columns=columns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "name": self.name, "kind": self.kind, "schema": self.schema,
+            "columns": [c.to_json() for c in self.columns], "primary_key": list(self.primary_key),
+            "schemaless": self.schemaless, "timestamp_column": self.timestamp_column,
+            "partitions": self.partitions, "value_format": self.value_format,
+            "options": [list(kv) for kv in self.options], "create_sql": self.create_sql,
+            "created_at": self.created_at, "depends_on": list(self.depends_on),
+            "extra": [list(kv) for kv in self.extra],
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> RelationDef:
+        return RelationDef(
+            id=d["id"], name=d["name"], kind=d["kind"], schema=d.get("schema", PUBLIC_SCHEMA),
+            columns=tuple(ColumnDef.from_json(c) for c in d["columns"]),
+            primary_key=tuple(d.get("primary_key", ())), schemaless=d.get("schemaless", False),
+            timestamp_column=d.get("timestamp_column"), partitions=d.get("partitions", 1),
+            value_format=d.get("value_format", "json"),
+            options=tuple((k, v) for k, v in d.get("options", ())),
+            create_sql=d.get("create_sql", ""), created_at=d.get("created_at", 0.0),
+            depends_on=tuple(d.get("depends_on", ())),
+            extra=tuple((k, v) for k, v in d.get("extra", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshot:
+    """An immutable view of the catalog at one version; planning reads only this."""
+
+    version: int
+    relations: dict[str, RelationDef]  # by lower-case name (schema public)
+
+    def get(self, name: str) -> RelationDef | None:
+        return self.relations.get(name)
+
+    def by_id(self, rel_id: int) -> RelationDef | None:
+        for r in self.relations.values():
+            if r.id == rel_id:
+                return r
+        return None
+
+    def dependents(self, rel_id: int) -> list[RelationDef]:
+        return [r for r in self.relations.values() if rel_id in r.depends_on]

@@ -1,0 +1,213 @@
+"""One error root for the whole server.
+
+Every error a client can see is a StreamDBError carrying a Postgres SQLSTATE.
+The wire layer turns it into an ErrorResponse; nothing else formats errors.
+"""
+
+from __future__ import annotations
+
+
+class StreamDBError(Exception):
+    """Root of every error a client may see. Subclasses fix the SQLSTATE."""
+
+    sqlstate = "XX000"
+    severity = "ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sqlstate: str | None = None,
+        detail: str | None = None,
+        hint: str | None = None,
+        position: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+        self.detail = detail
+        self.hint = hint
+        # 1-based character position in the statement text, as Postgres reports it.
+        self.position = position
+
+    def __str__(self) -> str:
+        return self.message
+
+    def with_position(self, position: int | None) -> StreamDBError:
+        if self.position is None:
+            self.position = position
+        return self
+
+
+class SyntaxErrorSQL(StreamDBError):
+    sqlstate = "42601"
+
+
+class UndefinedTable(StreamDBError):
+    sqlstate = "42P01"
+
+
+class UndefinedColumn(StreamDBError):
+    sqlstate = "42703"
+
+
+class UndefinedFunction(StreamDBError):
+    sqlstate = "42883"
+
+
+class UndefinedObject(StreamDBError):
+    sqlstate = "42704"
+
+
+class DuplicateTable(StreamDBError):
+    sqlstate = "42P07"
+
+
+class DuplicateObject(StreamDBError):
+    sqlstate = "42710"
+
+
+class DuplicateColumn(StreamDBError):
+    sqlstate = "42701"
+
+
+class AmbiguousColumn(StreamDBError):
+    sqlstate = "42702"
+
+
+class DatatypeMismatch(StreamDBError):
+    sqlstate = "42804"
+
+
+class InvalidTextRepresentation(StreamDBError):
+    sqlstate = "22P02"
+
+
+class InvalidDatetimeFormat(StreamDBError):
+    sqlstate = "22007"
+
+
+class NumericValueOutOfRange(StreamDBError):
+    sqlstate = "22003"
+
+
+class DivisionByZero(StreamDBError):
+    sqlstate = "22012"
+
+
+class StringDataRightTruncation(StreamDBError):
+    sqlstate = "22001"
+
+
+class CharacterNotInRepertoire(StreamDBError):
+    sqlstate = "22021"
+
+
+class DataException(StreamDBError):
+    sqlstate = "22000"
+
+
+class NotNullViolation(StreamDBError):
+    sqlstate = "23502"
+
+
+class InvalidParameterValue(StreamDBError):
+    sqlstate = "22023"
+
+
+class FeatureNotSupported(StreamDBError):
+    sqlstate = "0A000"
+
+
+class WrongObjectType(StreamDBError):
+    sqlstate = "42809"
+
+
+class DependentObjectsStillExist(StreamDBError):
+    sqlstate = "2BP01"
+
+
+class InvalidColumnReference(StreamDBError):
+    sqlstate = "42P10"
+
+
+class GroupingError(StreamDBError):
+    sqlstate = "42803"
+
+
+class InvalidSqlStatementName(StreamDBError):
+    """Unknown prepared statement."""
+
+    sqlstate = "26000"
+
+
+class InvalidCursorName(StreamDBError):
+    """Unknown portal or cursor."""
+
+    sqlstate = "34000"
+
+
+class InFailedTransaction(StreamDBError):
+    sqlstate = "25P02"
+
+
+class ActiveSqlTransaction(StreamDBError):
+    sqlstate = "25001"
+
+
+class NoActiveSqlTransaction(StreamDBError):
+    sqlstate = "25P01"
+
+
+class QueryCanceled(StreamDBError):
+    sqlstate = "57014"
+
+
+class ProtocolViolation(StreamDBError):
+    sqlstate = "08P01"
+
+
+class InvalidAuthorization(StreamDBError):
+    sqlstate = "28000"
+
+
+class InvalidCatalogName(StreamDBError):
+    """Unknown database."""
+
+    sqlstate = "3D000"
+
+
+class TooManyConnections(StreamDBError):
+    sqlstate = "53300"
+
+
+class DiskFull(StreamDBError):
+    sqlstate = "53100"
+
+
+class ObjectNotInPrerequisiteState(StreamDBError):
+    sqlstate = "55000"
+
+
+class ConfigurationError(StreamDBError):
+    sqlstate = "F0000"
+
+
+class InternalError(StreamDBError):
+    sqlstate = "XX000"
+
+
+class Notice:
+    """A NoticeResponse to send before the command completes (not an error)."""
+
+    def __init__(self, message: str, *, severity: str = "NOTICE", sqlstate: str = "00000",
+                 detail: str | None = None, hint: str | None = None) -> None:
+        self.message = message
+        self.severity = severity
+        self.sqlstate = sqlstate
+        self.detail = detail
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"Notice({self.severity}: {self.message})"

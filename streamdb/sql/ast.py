@@ -1,0 +1,129 @@
+"""Syntax nodes for StreamDB's statements that Postgres does not have.
+
+The dialect (streamdb/sql/dialect.py) parses into these nodes and generates SQL
+back from them; the planner consumes them. Standard Postgres statements keep
+sqlglot's own nodes (exp.Create, exp.Insert, exp.Select, exp.Copy, exp.Set, ...).
+
+Conventions every node follows:
+- relation names are exp.Table nodes (db = schema when qualified);
+- WITH (...) options are a list of exp.Property(this=exp.Var(name, lower-cased),
+  value=exp.Literal | exp.Boolean | exp.Null) under the arg "properties";
+- boolean flags (exists, replace, cascade, ...) are Python bools or absent.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+
+class CreateStream(exp.Expression):
+    """CREATE [OR REPLACE] [EXTERNAL] STREAM [IF NOT EXISTS] name [(col type [KEY|HEADERS|HEADER('k')], ...)]
+    [WITH (prop = value, ...)] [AS query]"""
+
+    arg_types = {
+        "this": True,  # exp.Table
+        "columns": False,  # list[exp.ColumnDef]; absent => schemaless JSON stream
+        "watermark": False,  # exp.Watermark-like: StreamWatermark (issue 3)
+        "properties": False,  # list[exp.Property]
+        "replace": False,
+        "external": False,
+        "exists": False,  # IF NOT EXISTS
+        "expression": False,  # AS SELECT ... (derived stream, issue 3)
+    }
+
+
+class StreamColumnRole(exp.ColumnConstraintKind):
+    """KEY, HEADERS or HEADER('k') after a stream column's type. `this` is the role
+    ('KEY' | 'HEADERS' | 'HEADER'); `expression` the header key literal for HEADER."""
+
+    arg_types = {"this": True, "expression": False}
+
+
+class StreamWatermark(exp.Expression):
+    """WATERMARK FOR col AS col - INTERVAL '5' SECOND inside a column list (issue 3)."""
+
+    arg_types = {"this": True, "expression": True}
+
+
+class ShowObjects(exp.Expression):
+    """SHOW STREAMS | TABLES | ALL | MATERIALIZED VIEWS | VIEWS | QUERIES | SOURCES | SINKS | CONNECTORS.
+    `this` is the upper-case kind string, e.g. 'STREAMS' or 'MATERIALIZED VIEWS'."""
+
+    arg_types = {"this": True}
+
+
+class ShowCreate(exp.Expression):
+    """SHOW CREATE STREAM | TABLE | VIEW | MATERIALIZED VIEW | SOURCE | SINK name.
+    `kind` is the upper-case kind string."""
+
+    arg_types = {"this": True, "kind": True}
+
+
+class ShowVariable(exp.Expression):
+    """SHOW name (a session setting, e.g. SHOW search_path, SHOW TIME ZONE -> 'timezone')."""
+
+    arg_types = {"this": True}  # str, lower-cased setting name
+
+
+class SetVariable(exp.Expression):
+    """SET [SESSION | LOCAL] name { = | TO } value[, ...] | SET TIME ZONE value; RESET name | RESET ALL.
+    `this` is the lower-cased setting name ('all' for RESET ALL), `expression` the value as a
+    string (absent or None for RESET / DEFAULT), `local` True for SET LOCAL."""
+
+    arg_types = {"this": True, "expression": False, "local": False, "reset": False}
+
+
+class DescribeRelation(exp.Expression):
+    """DESCRIBE [EXTENDED] name  (also DESC name)."""
+
+    arg_types = {"this": True, "extended": False}
+
+
+class ExplainStatement(exp.Expression):
+    """EXPLAIN [ANALYZE] [VERBOSE] statement. `this` is the parsed inner statement."""
+
+    arg_types = {"this": True, "analyze": False, "verbose": False}
+
+
+class Flush(exp.Expression):
+    """FLUSH [name]: returns once every acknowledged write is reflected everywhere."""
+
+    arg_types = {"this": False}
+
+
+class SelectStream(exp.Expression):
+    """SELECT STREAM ...: the query's input relations are read as their change logs.
+    `this` is the exp.Select parsed as if STREAM were absent."""
+
+    arg_types = {"this": True}
+
+
+class EmitChanges(exp.Expression):
+    """<query> EMIT CHANGES: a push query (issue 3). `this` is the query."""
+
+    arg_types = {"this": True}
+
+
+class TransactionControl(exp.Expression):
+    """BEGIN / START TRANSACTION / COMMIT / END / ROLLBACK / ABORT, normalized.
+    `this` is 'BEGIN' | 'COMMIT' | 'ROLLBACK'."""
+
+    arg_types = {"this": True}
+
+
+class Discard(exp.Expression):
+    """DISCARD ALL | PLANS | SEQUENCES | TEMP; DEALLOCATE [PREPARE] name | ALL is Deallocate."""
+
+    arg_types = {"this": True}
+
+
+class Deallocate(exp.Expression):
+    arg_types = {"this": False, "all": False}
+
+
+class CopyStatement(exp.Expression):
+    """COPY name [(cols)] FROM STDIN | COPY name|(query) TO STDOUT [WITH] (options) | legacy options.
+    `this` is exp.Table or a query; `columns` a list of exp.Identifier; `direction` 'FROM'|'TO';
+    `properties` the options as exp.Property list (format, delimiter, header, null, quote, escape)."""
+
+    arg_types = {"this": True, "columns": False, "direction": True, "properties": False}

@@ -1,0 +1,161 @@
+"""Logical SQL types: one table mapping each type to its Postgres name, OID and Arrow type.
+
+Values inside the server are plain Python objects:
+bool, int, float, decimal.Decimal, str, bytes, datetime.date, datetime.time,
+datetime.datetime (timezone-aware UTC for timestamptz, naive for timestamp),
+datetime.timedelta (interval), str holding JSON text (jsonb/json), uuid.UUID.
+The wire layer owns the text and binary encodings of these values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True, slots=True)
+class SqlType:
+    """A logical SQL type. `name` is the canonical Postgres spelling."""
+
+    name: str
+    oid: int
+    typlen: int  # as in pg_type.typlen: fixed size in bytes, -1 for varlena
+    array_oid: int
+    category: str  # pg_type.typcategory: B boolean, N numeric, S string, D datetime, T timespan, U user, ...
+
+    def arrow(self) -> pa.DataType:
+        return _ARROW[self.name]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+BOOLEAN = SqlType("boolean", 16, 1, 1000, "B")
+BYTEA = SqlType("bytea", 17, -1, 1001, "U")
+BIGINT = SqlType("bigint", 20, 8, 1016, "N")
+SMALLINT = SqlType("smallint", 21, 2, 1005, "N")
+INTEGER = SqlType("integer", 23, 4, 1007, "N")
+TEXT = SqlType("text", 25, -1, 1009, "S")
+OID = SqlType("oid", 26, 4, 1028, "N")
+JSON = SqlType("json", 114, -1, 199, "U")
+REAL = SqlType("real", 700, 4, 1021, "N")
+DOUBLE = SqlType("double precision", 701, 8, 1022, "N")
+VARCHAR = SqlType("character varying", 1043, -1, 1015, "S")
+DATE = SqlType("date", 1082, 4, 1182, "D")
+TIME = SqlType("time without time zone", 1083, 8, 1183, "D")
+TIMESTAMP = SqlType("timestamp without time zone", 1114, 8, 1115, "D")
+TIMESTAMPTZ = SqlType("timestamp with time zone", 1184, 8, 1185, "D")
+INTERVAL = SqlType("interval", 1186, 16, 1187, "T")
+NUMERIC = SqlType("numeric", 1700, -1, 1231, "N")
+UUID = SqlType("uuid", 2950, 16, 2951, "U")
+JSONB = SqlType("jsonb", 3802, -1, 3807, "U")
+NAME = SqlType("name", 19, 64, 1003, "S")
+CHAR = SqlType("\"char\"", 18, 1, 1002, "S")
+# A value whose type could not be inferred; sent to clients as text.
+UNKNOWN = SqlType("unknown", 705, -2, 0, "X")
+
+ALL_TYPES: tuple[SqlType, ...] = (
+    BOOLEAN, BYTEA, BIGINT, SMALLINT, INTEGER, TEXT, OID, JSON, REAL, DOUBLE, VARCHAR,
+    DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, JSONB, NAME, CHAR,
+)
+
+BY_OID: dict[int, SqlType] = {t.oid: t for t in ALL_TYPES}
+
+_ARROW: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "bytea": pa.binary(),
+    "bigint": pa.int64(),
+    "smallint": pa.int16(),
+    "integer": pa.int32(),
+    "text": pa.string(),
+    "oid": pa.int64(),
+    "json": pa.string(),
+    "real": pa.float32(),
+    "double precision": pa.float64(),
+    "character varying": pa.string(),
+    "date": pa.date32(),
+    "time without time zone": pa.time64("us"),
+    "timestamp without time zone": pa.timestamp("us"),
+    "timestamp with time zone": pa.timestamp("us", tz="UTC"),
+    "interval": pa.month_day_nano_interval(),
+    "numeric": pa.decimal128(38, 10),
+    "uuid": pa.string(),
+    "jsonb": pa.string(),
+    "name": pa.string(),
+    "\"char\"": pa.string(),
+    "unknown": pa.string(),
+}
+
+# Spellings accepted in DDL and casts, mapped to the canonical type.
+_ALIASES: dict[str, SqlType] = {
+    "bool": BOOLEAN, "boolean": BOOLEAN,
+    "bytea": BYTEA, "bytes": BYTEA, "binary": BYTEA, "varbinary": BYTEA, "blob": BYTEA,
+    "int8": BIGINT, "bigint": BIGINT, "long": BIGINT, "bigserial": BIGINT, "serial8": BIGINT,
+    "int2": SMALLINT, "smallint": SMALLINT, "tinyint": SMALLINT, "smallserial": SMALLINT,
+    "int": INTEGER, "int4": INTEGER, "integer": INTEGER, "serial": INTEGER, "serial4": INTEGER,
+    "text": TEXT, "string": TEXT, "varchar": VARCHAR, "character varying": VARCHAR,
+    "char": TEXT, "character": TEXT, "bpchar": TEXT, "nchar": TEXT, "nvarchar": VARCHAR,
+    "oid": OID, "json": JSON, "jsonb": JSONB,
+    "real": REAL, "float4": REAL, "float": DOUBLE, "float8": DOUBLE, "double": DOUBLE,
+    "double precision": DOUBLE,
+    "date": DATE,
+    "time": TIME, "time without time zone": TIME,
+    "timestamp": TIMESTAMP, "timestamp without time zone": TIMESTAMP, "datetime": TIMESTAMP,
+    "timestamptz": TIMESTAMPTZ, "timestamp with time zone": TIMESTAMPTZ,
+    "interval": INTERVAL,
+    "numeric": NUMERIC, "decimal": NUMERIC,
+    "uuid": UUID, "name": NAME,
+}
+
+
+def type_from_name(name: str) -> SqlType | None:
+    """Canonical type for a spelling such as 'int4', 'VARCHAR(20)' or 'timestamp with time zone'."""
+    base = name.strip().lower()
+    if "(" in base:
+        base = base[: base.index("(")].strip()
+    base = " ".join(base.split())
+    return _ALIASES.get(base)
+
+
+def is_numeric(t: SqlType) -> bool:
+    return t.category == "N" and t is not OID
+
+
+def is_integer(t: SqlType) -> bool:
+    return t in (SMALLINT, INTEGER, BIGINT)
+
+
+def is_textual(t: SqlType) -> bool:
+    return t in (TEXT, VARCHAR, NAME, CHAR, UNKNOWN)
+
+
+def from_arrow(dt: pa.DataType) -> SqlType:
+    """Best SQL type for an Arrow type (used for results computed by DuckDB or Spark)."""
+    if pa.types.is_boolean(dt):
+        return BOOLEAN
+    if pa.types.is_int8(dt) or pa.types.is_int16(dt) or pa.types.is_uint8(dt):
+        return SMALLINT
+    if pa.types.is_int32(dt) or pa.types.is_uint16(dt):
+        return INTEGER
+    if pa.types.is_integer(dt):
+        return BIGINT
+    if pa.types.is_float16(dt) or pa.types.is_float32(dt):
+        return REAL
+    if pa.types.is_floating(dt):
+        return DOUBLE
+    if pa.types.is_decimal(dt):
+        return NUMERIC
+    if pa.types.is_string(dt) or pa.types.is_large_string(dt) or pa.types.is_string_view(dt):
+        return TEXT
+    if pa.types.is_binary(dt) or pa.types.is_large_binary(dt) or pa.types.is_fixed_size_binary(dt):
+        return BYTEA
+    if pa.types.is_date(dt):
+        return DATE
+    if pa.types.is_time(dt):
+        return TIME
+    if pa.types.is_timestamp(dt):
+        return TIMESTAMPTZ if dt.tz else TIMESTAMP
+    if pa.types.is_interval(dt) or pa.types.is_duration(dt):
+        return INTERVAL
+    return TEXT
