@@ -32,7 +32,9 @@ class CreateStream(exp.Expression):
     }
 
 
-class StreamColumnRole(exp.ColumnConstraintKind):
+# exp.Expression first, like sqlglot's own constraint kinds: ColumnConstraintKind is only a
+# trait and lacks Expression's value equality and hashing.
+class StreamColumnRole(exp.Expression, exp.ColumnConstraintKind):
     """KEY, HEADERS or HEADER('k') after a stream column's type. `this` is the role
     ('KEY' | 'HEADERS' | 'HEADER'); `expression` the header key literal for HEADER."""
 
@@ -126,4 +128,13 @@ class CopyStatement(exp.Expression):
     `this` is exp.Table or a query; `columns` a list of exp.Identifier; `direction` 'FROM'|'TO';
     `properties` the options as exp.Property list (format, delimiter, header, null, quote, escape)."""
 
-    arg_types = {"this": True, "columns": False, "direction": True, "properties": False}
+    arg_types = {
+        "this": True,
+        "columns": False,
+        "direction": True,
+        "properties": False,
+        # Absent for STDIN/STDOUT; an exp.Literal string for a server-side file path (or, with
+        # program=True, for COPY ... PROGRAM 'command'). Parsed so the planner can reject them.
+        "target": False,
+        "program": False,
+    }

@@ -1,0 +1,39 @@
+# StreamDB: `make serve` runs the server, `make test` runs the whole suite. Both set everything up.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install serve test test-fast lint typecheck slt clean
+
+install: $(STAMP)
+	@scripts/ensure-java.sh
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "StreamDB needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+serve: install
+	$(BIN)/streamdb serve
+
+test: install
+	@scripts/ensure-psql.sh
+	$(BIN)/ruff check streamdb tests bench
+	$(BIN)/python -m pytest -q -ra
+
+test-fast: install
+	$(BIN)/python -m pytest -q -ra -m "not slow"
+
+lint: install
+	$(BIN)/ruff check streamdb tests bench
+	$(BIN)/mypy streamdb
+
+# Conformance report over RisingWave's sqllogictest files (not part of `make test`).
+slt: install
+	$(BIN)/python -m tests.slt.report ../shared/suites/risingwave/e2e_test
+
+clean:
+	rm -rf $(VENV) streamdb-data .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,58 @@
+"""`streamdb` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from streamdb.config import load_settings
+from streamdb.errors import StreamDBError
+
+log = logging.getLogger("streamdb")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamdb", description="StreamDB: a streaming SQL database")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the server")
+    s.add_argument("--config", help="TOML configuration file (also STREAMDB_CONFIG)")
+    s.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port to listen on (default 6875)")
+    s.add_argument("--data-dir", dest="data_dir", help="data directory (default ./streamdb-data)")
+    s.add_argument("--spark-master", dest="spark_master", help="Spark master URL (default local[*])")
+    s.add_argument("--log", choices=["rocksdb", "kafka"], help="log backend (default rocksdb)")
+    s.add_argument("--kafka-bootstrap", dest="kafka_bootstrap", help="Kafka bootstrap servers")
+    s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--spark-read-threshold-rows", dest="spark_read_threshold_rows", type=int,
+                   help="ad hoc reads over more rows than this run on Spark")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    cli = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    try:
+        settings = load_settings(cli, config_file=args.config)
+    except StreamDBError as e:
+        print(f"streamdb: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("py4j", "sqlglot"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    from streamdb.server import run_server
+
+    try:
+        return asyncio.run(run_server(settings, install_signals=(signal.SIGTERM, signal.SIGINT)))
+    except StreamDBError as e:
+        log.error("%s", e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Plans: what a statement will do, as frozen plain data.
+
+The planner builds them without touching Spark or disk; the coordinator in
+streamdb/runtime hands each one to the runtime module for its kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from streamdb.catalog import RelationDef
+from streamdb.runtime.api import Column
+from streamdb.types import SqlType
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Base of every plan."""
+
+    def explain(self) -> str:
+        return type(self).__name__
+
+
+# ---- relations read by queries -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RelationInput:
+    """One relation a query reads, registered under `registered_name` for the engine."""
+
+    registered_name: str
+    # A user relation (by id) or a system table (by key such as 'pg_catalog.pg_class').
+    relation_id: int | None
+    system_key: str | None
+    # 'state': current contents (streams: every event; tables: current rows).
+    # 'changes': the change log with op and rowtime columns (SELECT STREAM).
+    mode: Literal["state", "changes"] = "state"
+    columns: tuple[tuple[str, SqlType], ...] = ()
+
+
+@dataclass(frozen=True)
+class QueryPlan(Plan):
+    """An ad hoc query over a consistent snapshot."""
+
+    duckdb_sql: str
+    spark_sql: str
+    inputs: tuple[RelationInput, ...]
+    columns: tuple[Column, ...]
+    param_types: tuple[SqlType, ...] = ()
+    # Where a large read would run; the runtime picks by input size.
+    description: str = ""
+
+    def explain(self) -> str:
+        lines = ["Query (snapshot read)"]
+        for i in self.inputs:
+            src = f"relation {i.relation_id}" if i.relation_id is not None else i.system_key
+            lines.append(f"  input {i.registered_name}: {src} ({i.mode})")
+        lines.append("  engine: embedded (DuckDB) below the Spark read threshold, Spark above it")
+        lines.append(f"  embedded SQL: {self.duckdb_sql}")
+        lines.append(f"  Spark SQL: {self.spark_sql}")
+        return "\n".join(lines)
+
+
+# ---- DDL ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateRelationPlan(Plan):
+    """CREATE STREAM / CREATE TABLE. `relation.id` is assigned by the catalog."""
+
+    relation: RelationDef
+    if_not_exists: bool = False
+    or_replace: bool = False
+
+    def explain(self) -> str:
+        cols = ", ".join(f"{c.name} {c.type.name}" for c in self.relation.columns) or "schemaless JSON"
+        return f"Create {self.relation.kind} {self.relation.name} ({cols})"
+
+
+@dataclass(frozen=True)
+class DropPlan(Plan):
+    kind: str  # 'stream' | 'table' | 'view' | 'materialized_view' | 'any'
+    names: tuple[str, ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+    def explain(self) -> str:
+        return f"Drop {self.kind} {', '.join(self.names)}" + (" cascade" if self.cascade else "")
+
+
+# ---- writes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InsertPlan(Plan):
+    """INSERT: rows of python values (already coerced) or a query whose rows are inserted.
+
+    `columns` lists, for every column of the target in order, the position in the
+    provided row that feeds it (None = default/NULL). `rowtime_index` is the position
+    of an explicit ROWTIME value, if any.
+    """
+
+    relation_name: str
+    relation_id: int
+    target_columns: tuple[str, ...]  # names as given (or all columns)
+    rows: tuple[tuple[Any, ...], ...] | None = None
+    # Rows whose values are expressions that need evaluation (non-literals): one SELECT.
+    query: QueryPlan | None = None
+    rowtime_given: bool = False
+    returning: QueryPlan | None = None
+
+    def explain(self) -> str:
+        n = f"{len(self.rows)} rows" if self.rows is not None else "query"
+        return f"Insert into {self.relation_name} ({n})"
+
+
+@dataclass(frozen=True)
+class UpdatePlan(Plan):
+    """UPDATE / DELETE on a table: `query` returns the row key and the new values of each matched row."""
+
+    relation_name: str
+    relation_id: int
+    query: QueryPlan
+    is_delete: bool
+
+    def explain(self) -> str:
+        return f"{'Delete from' if self.is_delete else 'Update'} {self.relation_name}\n  matches: {self.query.duckdb_sql}"
+
+
+@dataclass(frozen=True)
+class CopyFromPlan(Plan):
+    relation_name: str
+    relation_id: int
+    target_columns: tuple[str, ...]
+    format: str  # 'text' | 'csv'
+    delimiter: str
+    null: str
+    header: bool
+    quote: str
+    escape: str
+
+
+@dataclass(frozen=True)
+class CopyToPlan(Plan):
+    query: QueryPlan
+    format: str
+    delimiter: str
+    null: str
+    header: bool
+
+
+# ---- introspection and session ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShowObjectsPlan(Plan):
+    kind: str  # 'STREAMS' | 'TABLES' | 'ALL' | ...
+
+
+@dataclass(frozen=True)
+class ShowCreatePlan(Plan):
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class DescribeRelationPlan(Plan):
+    name: str
+    extended: bool = False
+
+
+@dataclass(frozen=True)
+class ExplainPlan(Plan):
+    inner: Plan
+
+
+@dataclass(frozen=True)
+class FlushPlan(Plan):
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ShowVariablePlan(Plan):
+    name: str
+
+
+@dataclass(frozen=True)
+class SetVariablePlan(Plan):
+    name: str
+    value: str | None  # None => reset to default
+    local: bool = False
+
+
+@dataclass(frozen=True)
+class TransactionPlan(Plan):
+    action: Literal["BEGIN", "COMMIT", "ROLLBACK"]
+
+
+@dataclass(frozen=True)
+class NoOpPlan(Plan):
+    """Statements accepted for compatibility that change nothing (DISCARD, DEALLOCATE...)."""
+
+    command_tag: str
+    deallocate: str | None = None

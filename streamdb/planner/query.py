@@ -1,0 +1,312 @@
+"""Ad hoc queries: resolve relations, expand stars, infer parameter types, describe the result.
+
+The query keeps Postgres semantics; it is transpiled by sqlglot for the embedded
+engine (DuckDB, small reads) and for Spark SQL (large reads). Describing the
+result runs the embedded engine over empty inputs in memory: exact types, no
+Spark, no disk.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from streamdb import types as T
+from streamdb.catalog import RelationDef
+from streamdb.errors import UndefinedTable
+from streamdb.planner import pg_functions
+from streamdb.planner.context import PlanContext
+from streamdb.planner.names import normalize, position_of, table_name
+from streamdb.planner.plans import QueryPlan, RelationInput
+from streamdb.planner.typing import describe_query
+from streamdb.runtime import system_catalog
+from streamdb.runtime.api import Column
+
+ROWTIME = "rowtime"
+OP = "op"
+ROWKEY = "__rowkey"
+
+
+def relation_columns(rel: RelationDef, mode: str) -> tuple[tuple[str, T.SqlType], ...]:
+    """Columns a relation shows to queries, pseudo-columns included."""
+    cols = tuple((c.name, c.type) for c in rel.columns)
+    if mode == "changes":
+        return ((OP, T.TEXT), (ROWTIME, T.TIMESTAMPTZ), *cols)
+    if rel.kind == "stream":
+        return (*cols, (ROWTIME, T.TIMESTAMPTZ))
+    # Tables carry their row key, hidden from `*`, so UPDATE and DELETE can name rows.
+    return (*cols, (ROWKEY, T.BYTEA))
+
+
+def visible_star_columns(rel: RelationDef, mode: str) -> list[str]:
+    """What `*` expands to: pseudo-columns only for SELECT STREAM."""
+    names = [c.name for c in rel.columns]
+    return [OP, ROWTIME, *names] if mode == "changes" else names
+
+
+class _Resolver:
+    def __init__(self, ctx: PlanContext, mode: str) -> None:
+        self.ctx = ctx
+        self.mode = mode
+        self.inputs: dict[str, RelationInput] = {}
+        # registered name -> (relation or None, star columns)
+        self.star_columns: dict[str, list[str]] = {}
+
+    def resolve(self, table: exp.Table) -> tuple[str, list[str]]:
+        schema, name = table_name(table)
+        if table.args.get("catalog"):
+            raise UndefinedTable(f'relation "{table.sql()}" does not exist', position=position_of(table))
+        rel = None
+        if schema in (None, "public"):
+            rel = self.ctx.catalog.get(name)
+        if rel is not None:
+            reg = f"r{rel.id}_changes" if self.mode == "changes" else f"r{rel.id}"
+            if reg not in self.inputs:
+                self.inputs[reg] = RelationInput(reg, rel.id, None, self.mode,  # type: ignore[arg-type]
+                                                 relation_columns(rel, self.mode))
+            return reg, visible_star_columns(rel, self.mode)
+        key = system_catalog.resolve_system_table(schema, name)
+        if key is not None:
+            reg = system_catalog.registered_name(key)
+            cols = system_catalog.SYSTEM_TABLES[key]
+            if reg not in self.inputs:
+                self.inputs[reg] = RelationInput(reg, None, key, "state", tuple(cols))
+            return reg, [c for c, _ in cols]
+        shown = f"{schema}.{name}" if schema else name
+        raise UndefinedTable(f'relation "{shown}" does not exist', position=position_of(table))
+
+
+def _cte_names(ast: exp.Expression) -> set[str]:
+    return {normalize(cte.args["alias"].this) for cte in ast.find_all(exp.CTE) if cte.args.get("alias")}
+
+
+def _resolve_tables(ast: exp.Expression, resolver: _Resolver) -> dict[str, list[str]]:
+    """Replace every table reference by its registered name; return alias -> star columns."""
+    ctes = _cte_names(ast)
+    star_by_alias: dict[str, list[str]] = {}
+    for table in list(ast.find_all(exp.Table)):
+        if not isinstance(table.this, exp.Identifier):
+            continue  # table functions such as generate_series(...)
+        schema, name = table_name(table)
+        if schema is None and name in ctes:
+            continue
+        reg, star_cols = resolver.resolve(table)
+        alias_node = table.args.get("alias")
+        alias = normalize(alias_node.this) if alias_node and alias_node.this else name
+        new = exp.Table(this=exp.to_identifier(reg))
+        if alias_node is not None and alias_node.args.get("columns"):
+            new.set("alias", alias_node)
+        else:
+            new.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+        for key in ("joins", "laterals", "pivots"):
+            if table.args.get(key):
+                new.set(key, table.args[key])
+        table.replace(new)
+        star_by_alias[alias] = star_cols
+    return star_by_alias
+
+
+def _source_aliases(select: exp.Select) -> list[tuple[str, exp.Expression]]:
+    sources: list[exp.Expression] = []
+    frm = select.args.get("from_") or select.args.get("from")
+    if frm is not None:
+        sources.append(frm.this)
+    for j in select.args.get("joins") or []:
+        sources.append(j.this)
+    out = []
+    for s in sources:
+        alias = s.alias_or_name
+        out.append((normalize(alias) if alias else "", s))
+    return out
+
+
+def _expand_stars(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> None:
+    """Expand `*` over base relations here, so pseudo-columns (ROWTIME) stay out of `*`."""
+    for select in list(ast.find_all(exp.Select)):
+        projections = select.expressions
+        if not any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star))
+                   for p in projections):
+            continue
+        sources = _source_aliases(select)
+        new_proj: list[exp.Expression] = []
+        for p in projections:
+            if isinstance(p, exp.Star) and not p.args.get("except") and not p.args.get("replace"):
+                for alias, src in sources:
+                    new_proj.extend(_expand_one(alias, src, star_by_alias))
+            elif isinstance(p, exp.Column) and isinstance(p.this, exp.Star):
+                alias = normalize(p.args.get("table"))
+                src = next((s for a, s in sources if a == alias), None)
+                new_proj.extend(_expand_one(alias, src, star_by_alias) if src is not None else [p])
+            else:
+                new_proj.append(p)
+        select.set("expressions", new_proj)
+
+
+def _expand_one(alias: str, src: exp.Expression, star_by_alias: dict[str, list[str]]) -> list[exp.Expression]:
+    if isinstance(src, exp.Table) and alias in star_by_alias and isinstance(src.this, exp.Identifier) \
+            and src.name.startswith(("r", "sys_")):
+        return [exp.column(c, table=alias, quoted=True) for c in star_by_alias[alias]]
+    return [exp.Column(this=exp.Star(), table=exp.to_identifier(alias, quoted=True))] if alias else [exp.Star()]
+
+
+# ---- parameters -----------------------------------------------------------------------
+
+
+def parameter_nodes(ast: exp.Expression) -> list[exp.Parameter]:
+    return [p for p in ast.find_all(exp.Parameter) if isinstance(p.this, exp.Literal)]
+
+
+def parameter_count(ast: exp.Expression) -> int:
+    nums = [int(p.this.this) for p in parameter_nodes(ast)]
+    return max(nums, default=0)
+
+
+def infer_parameter_types(ast: exp.Expression, declared: list[T.SqlType | None],
+                          column_type) -> list[T.SqlType]:
+    """Postgres-like inference: a cast or a compared column decides; otherwise text."""
+    n = max(parameter_count(ast), len(declared))
+    out: list[T.SqlType | None] = list(declared) + [None] * (n - len(declared))
+    for p in parameter_nodes(ast):
+        i = int(p.this.this) - 1
+        if out[i] is not None:
+            continue
+        parent = p.parent
+        guess: T.SqlType | None = None
+        if isinstance(parent, exp.Cast):
+            guess = T.type_from_name(parent.to.sql(dialect="postgres"))
+        elif isinstance(parent, (exp.Limit, exp.Offset, exp.Fetch)):
+            guess = T.BIGINT
+        elif isinstance(parent, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+                                 exp.Add, exp.Sub, exp.Mul, exp.Div)):
+            other = parent.expression if parent.this is p else parent.this
+            guess = column_type(other) if isinstance(other, exp.Column) else _literal_type(other)
+        elif isinstance(parent, (exp.Like, exp.ILike)):
+            guess = T.TEXT
+        elif isinstance(parent, exp.In):
+            guess = column_type(parent.this) if isinstance(parent.this, exp.Column) else None
+        elif isinstance(parent, exp.Between):
+            guess = column_type(parent.this) if isinstance(parent.this, exp.Column) else None
+        out[i] = guess
+    return [t if t is not None else T.TEXT for t in out]
+
+
+def _literal_type(node: exp.Expression) -> T.SqlType | None:
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return T.TEXT
+        return T.BIGINT if node.this.lstrip("-").isdigit() else T.NUMERIC
+    return None
+
+
+def typed_null(t: T.SqlType) -> exp.Expression:
+    return exp.Cast(this=exp.Null(), to=exp.DataType.build(_cast_name(t), dialect="postgres"))
+
+
+def _cast_name(t: T.SqlType) -> str:
+    return {"timestamp with time zone": "timestamptz", "timestamp without time zone": "timestamp",
+            "time without time zone": "time", "character varying": "varchar",
+            "double precision": "double precision", "unknown": "text", "name": "text",
+            '"char"': "text", "oid": "bigint"}.get(t.name, t.name)
+
+
+def literal_for(value: object, t: T.SqlType) -> exp.Expression:
+    """A SQL literal carrying a bound parameter value (typed by a cast)."""
+    from streamdb import values
+
+    if value is None:
+        return typed_null(t)
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int) and T.is_integer(t):
+        lit: exp.Expression = exp.Literal.number(value)
+        return exp.Cast(this=lit, to=exp.DataType.build(_cast_name(t), dialect="postgres"))
+    text = values.format_text(value, t) if not isinstance(value, str) else value
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(_cast_name(t), dialect="postgres"))
+
+
+def bind_parameters(ast: exp.Expression, params: list[object], types: tuple[T.SqlType, ...]) -> exp.Expression:
+    ast = ast.copy()
+    for p in parameter_nodes(ast):
+        i = int(p.this.this) - 1
+        t = types[i] if i < len(types) else T.TEXT
+        p.replace(literal_for(params[i] if i < len(params) else None, t))
+    return ast
+
+
+# ---- result names ---------------------------------------------------------------------
+
+
+def postgres_column_name(node: exp.Expression) -> str:
+    """The name Postgres gives an output column."""
+    if isinstance(node, exp.Alias):
+        return normalize(node.args["alias"])
+    if isinstance(node, exp.Column):
+        return normalize(node.this) if isinstance(node.this, exp.Identifier) else "?column?"
+    if isinstance(node, exp.Cast):
+        inner = postgres_column_name(node.this)
+        if inner != "?column?":
+            return inner
+        return {"int": "int4", "integer": "int4", "bigint": "int8", "smallint": "int2",
+                "text": "text", "boolean": "bool", "double": "float8", "float": "float8",
+                "real": "float4", "varchar": "varchar", "timestamp": "timestamp",
+                "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
+                "decimal": "numeric"}.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
+    if isinstance(node, exp.Count):
+        return "count"
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    if isinstance(node, exp.Func):
+        key = node.sql_name().lower() if hasattr(node, "sql_name") else node.key
+        return {"current_timestamp": "now", "array_agg": "array_agg", "group_concat": "string_agg",
+                "listagg": "string_agg", "string_agg": "string_agg", "if": "case",
+                "case": "case", "coalesce": "coalesce"}.get(key, key)
+    if isinstance(node, exp.Case):
+        return "case"
+    return "?column?"
+
+
+# ---- the plan -------------------------------------------------------------------------
+
+
+def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
+               declared_params: list[T.SqlType | None] | None = None) -> QueryPlan:
+    mode = "changes" if changes else "state"
+    query = ast.copy()
+    resolver = _Resolver(ctx, mode)
+    star_by_alias = _resolve_tables(query, resolver)
+    _expand_stars(query, star_by_alias)
+    inputs = tuple(resolver.inputs.values())
+
+    def column_type(col: exp.Column) -> T.SqlType | None:
+        name = normalize(col.this) if isinstance(col.this, exp.Identifier) else ""
+        for inp in inputs:
+            for cname, ctype in inp.columns:
+                if cname == name:
+                    return ctype
+        return None
+
+    param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
+    described = query.copy()
+    for p in parameter_nodes(described):
+        described_type = param_types[int(p.this.this) - 1]
+        p.replace(typed_null(described_type))
+    duck_ast = pg_functions.rewrite_for_duckdb(described, ctx)
+    described_cols = describe_query(duck_ast.sql(dialect="duckdb"), inputs, ctx)
+    names = [c.name for c in described_cols]
+    top = query if isinstance(query, exp.Select) else None
+    if top is not None and len(top.expressions) == len(names):
+        names = [postgres_column_name(e) if not isinstance(e, exp.Column) or isinstance(e.this, exp.Identifier)
+                 else n for e, n in zip(top.expressions, names, strict=True)]
+    columns = tuple(Column(n, c.type) for n, c in zip(names, described_cols, strict=True))
+    # The stored SQL keeps $n placeholders; the runtime binds values before running it.
+    duck_sql = pg_functions.rewrite_for_duckdb(query.copy(), ctx).sql(dialect="duckdb")
+    spark_sql = query.sql(dialect="spark")
+    return QueryPlan(duckdb_sql=duck_sql, spark_sql=spark_sql, inputs=inputs, columns=columns,
+                     param_types=param_types)
+
+
+def prepared_query_ast(ast: exp.Expression, ctx: PlanContext, changes: bool = False) -> exp.Expression:
+    """The resolved AST (tables renamed, stars expanded) for runtimes that bind parameters later."""
+    query = ast.copy()
+    resolver = _Resolver(ctx, "changes" if changes else "state")
+    _expand_stars(query, _resolve_tables(query, resolver))
+    return query

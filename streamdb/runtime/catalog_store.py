@@ -1,0 +1,70 @@
+"""The durable catalog: relation definitions in the storage's "catalog" store.
+
+Every change is one atomic storage commit that also bumps the catalog version,
+so a crash leaves either the old or the new catalog. DDL is serialized by the
+engine's DDL lock; readers take immutable snapshots.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from streamdb.catalog import CatalogSnapshot, RelationDef
+from streamdb.storage.base import Commit, Storage
+
+CATALOG = "catalog"
+META = "meta"
+META_KEY = b"catalog"
+FORMAT_VERSION = 1
+
+
+class CatalogStore:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        relations: dict[str, RelationDef] = {}
+        with storage.snapshot() as snap:
+            meta_raw = snap.get(META, META_KEY)
+            for key, value in snap.scan(CATALOG):
+                rel = RelationDef.from_json(json.loads(value))
+                relations[key.decode()] = rel
+        meta = json.loads(meta_raw) if meta_raw else {"next_id": 1, "version": 0, "format": FORMAT_VERSION}
+        self._next_id: int = meta["next_id"]
+        self._snapshot = CatalogSnapshot(meta["version"], relations)
+
+    def snapshot(self) -> CatalogSnapshot:
+        return self._snapshot
+
+    def _meta_put(self, version: int, next_id: int) -> tuple[str, bytes, bytes]:
+        meta = {"next_id": next_id, "version": version, "format": FORMAT_VERSION}
+        return (META, META_KEY, json.dumps(meta).encode())
+
+    def plan_change(self, *, add: list[RelationDef] = (), remove: list[RelationDef] = (),  # type: ignore[assignment]
+                    update: list[RelationDef] = ()) -> tuple[Commit, list[RelationDef], CatalogSnapshot]:  # type: ignore[assignment]
+        """A commit for a catalog change and the snapshot it produces (applied by `applied`)."""
+        commit = Commit()
+        next_id = self._next_id
+        relations = dict(self._snapshot.relations)
+        added = []
+        for rel in remove:
+            relations.pop(rel.name, None)
+            commit.deletes.append((CATALOG, rel.name.encode()))
+            commit.drop_relations.append(rel.id)
+        for rel in add:
+            if rel.id == 0:
+                rel = replace(rel, id=next_id)
+                next_id += 1
+            added.append(rel)
+            relations[rel.name] = rel
+            commit.puts.append((CATALOG, rel.name.encode(), json.dumps(rel.to_json()).encode()))
+        for rel in update:
+            relations[rel.name] = rel
+            commit.puts.append((CATALOG, rel.name.encode(), json.dumps(rel.to_json()).encode()))
+        version = self._snapshot.version + 1
+        commit.puts.append(self._meta_put(version, next_id))
+        return commit, added, CatalogSnapshot(version, relations)
+
+    def applied(self, snapshot: CatalogSnapshot) -> None:
+        """Install the snapshot of a change whose commit is durable."""
+        self._next_id = max(self._next_id, max((r.id for r in snapshot.relations.values()), default=0) + 1)
+        self._snapshot = snapshot

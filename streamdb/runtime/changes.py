@@ -1,0 +1,127 @@
+"""Change batches: how rows travel through the log.
+
+Every relation is a collection of changes (row, weight). A batch is one Arrow
+IPC stream: the relation's columns, then `rowtime` (event time), `__weight`
+(+1 insert, -1 retraction) and, for tables, `__rowkey` (the row's key in the
+table's state). Schemaless streams carry the event as JSON text in `__json`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import pickle
+from typing import Any
+
+import pyarrow as pa
+
+from streamdb import types as T
+from streamdb.catalog import RelationDef
+
+ROWTIME = "rowtime"
+WEIGHT = "__weight"
+ROWKEY = "__rowkey"
+JSON_VALUE = "__json"
+
+_NUMERIC_SCALE = decimal.Decimal(1).scaleb(-10)
+
+
+def batch_schema(rel: RelationDef) -> pa.Schema:
+    fields = []
+    if rel.schemaless:
+        fields.append(pa.field(JSON_VALUE, pa.string()))
+    else:
+        fields.extend(pa.field(c.name, c.type.arrow()) for c in rel.columns)
+    fields.append(pa.field(ROWTIME, pa.timestamp("us", tz="UTC")))
+    fields.append(pa.field(WEIGHT, pa.int8()))
+    if rel.kind == "table":
+        fields.append(pa.field(ROWKEY, pa.binary()))
+    return pa.schema(fields)
+
+
+def to_arrow_value(v: Any, t: T.SqlType) -> Any:
+    """Python value -> something pyarrow accepts for the column's Arrow type."""
+    if v is None:
+        return None
+    if t is T.INTERVAL and isinstance(v, dt.timedelta):
+        micros = v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds
+        days, rem = divmod(micros, 86_400_000_000)
+        return pa.scalar((0, days, rem * 1000), type=pa.month_day_nano_interval()).as_py()
+    if t is T.NUMERIC and isinstance(v, decimal.Decimal):
+        return v.quantize(_NUMERIC_SCALE) if v.is_finite() else None
+    if t is T.UUID:
+        return str(v)
+    return v
+
+
+def from_arrow_value(v: Any, t: T.SqlType) -> Any:
+    """Arrow's Python value -> the server's representation of the type."""
+    if v is None:
+        return None
+    if t is T.INTERVAL and not isinstance(v, dt.timedelta):
+        months, days, nanos = v.months, v.days, v.nanoseconds
+        return dt.timedelta(days=months * 30 + days, microseconds=nanos // 1000)
+    if t is T.NUMERIC and isinstance(v, decimal.Decimal):
+        return v.normalize() if v == v.to_integral_value() else v
+    return v
+
+
+def encode_batch(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[dt.datetime],
+                 weights: list[int], rowkeys: list[bytes] | None = None) -> bytes:
+    """Rows are in the relation's column order (schemaless: one JSON text each)."""
+    schema = batch_schema(rel)
+    arrays: list[pa.Array] = []
+    if rel.schemaless:
+        arrays.append(pa.array([r[0] for r in rows], pa.string()))
+    else:
+        for i, c in enumerate(rel.columns):
+            arrays.append(pa.array([to_arrow_value(r[i], c.type) for r in rows], c.type.arrow()))
+    arrays.append(pa.array(rowtimes, pa.timestamp("us", tz="UTC")))
+    arrays.append(pa.array(weights, pa.int8()))
+    if rel.kind == "table":
+        arrays.append(pa.array(rowkeys or [b""] * len(rows), pa.binary()))
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_batch(payload: bytes) -> pa.Table:
+    with pa.ipc.open_stream(pa.py_buffer(payload)) as reader:
+        return reader.read_all()
+
+
+# ---- table state rows -----------------------------------------------------------------
+
+
+def encode_state_row(row: tuple[Any, ...], rowtime: dt.datetime) -> bytes:
+    # Internal format, written and read only by this server; pickle keeps exact Python types.
+    return pickle.dumps((row, rowtime), protocol=5)
+
+
+def decode_state_row(data: bytes) -> tuple[tuple[Any, ...], dt.datetime]:
+    row, rowtime = pickle.loads(data)
+    return tuple(row), rowtime
+
+
+def key_of(values: tuple[Any, ...]) -> bytes:
+    """Deterministic bytes for a primary key (values are already coerced to column types)."""
+    return b"k" + repr(values).encode()
+
+
+def json_default(v: Any) -> Any:
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, (dt.datetime, dt.date, dt.time)):
+        return v.isoformat()
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, bytes):
+        return v.hex()
+    return str(v)
+
+
+def dumps_event(event: dict[str, Any]) -> str:
+    return json.dumps(event, default=json_default, separators=(",", ":"))

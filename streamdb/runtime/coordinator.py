@@ -1,0 +1,51 @@
+"""The coordinator: sequences plans by handing each to the runtime module for its kind."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from streamdb.errors import FeatureNotSupported
+from streamdb.planner import plans as P
+from streamdb.runtime.api import ExecutionResult
+from streamdb.runtime.statements import (
+    copy,
+    create_relation,
+    drop,
+    explain,
+    flush,
+    insert,
+    select,
+    session_stmt,
+    show,
+    update,
+)
+from streamdb.runtime.statements.context import ExecContext
+
+Handler = Callable[[Any, ExecContext], Awaitable[ExecutionResult]]
+
+HANDLERS: dict[type, Handler] = {
+    P.QueryPlan: select.execute,
+    P.CreateRelationPlan: create_relation.execute,
+    P.DropPlan: drop.execute,
+    P.InsertPlan: insert.execute,
+    P.UpdatePlan: update.execute,
+    P.CopyFromPlan: copy.execute_from,
+    P.CopyToPlan: copy.execute_to,
+    P.ShowObjectsPlan: show.execute_objects,
+    P.ShowCreatePlan: show.execute_create,
+    P.DescribeRelationPlan: show.execute_describe,
+    P.ShowVariablePlan: session_stmt.execute_show,
+    P.SetVariablePlan: session_stmt.execute_set,
+    P.TransactionPlan: session_stmt.execute_transaction,
+    P.NoOpPlan: session_stmt.execute_noop,
+    P.ExplainPlan: explain.execute,
+    P.FlushPlan: flush.execute,
+}
+
+
+async def execute(plan: P.Plan, ctx: ExecContext) -> ExecutionResult:
+    handler = HANDLERS.get(type(plan))
+    if handler is None:
+        raise FeatureNotSupported(f"{type(plan).__name__} cannot be executed yet")
+    return await handler(plan, ctx)

@@ -1,0 +1,87 @@
+"""Macros that emulate Postgres system functions on a DuckDB connection.
+
+`streamdb.planner.pg_functions.rewrite_for_duckdb` renames the Postgres functions it cannot
+inline to these `sdb_*` macros (a prefix of our own, so DuckDB's built-in pg_catalog
+functions such as its `format_type` or `version` are never picked by mistake). Everything
+that depends on the catalog or the session is inlined by the rewrite instead, so the macros
+here are static and one install per connection serves every session.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from streamdb import types as T
+
+_INSTALLED_MARK = "sdb_functions_installed"
+_START_TIME = datetime.now(UTC)
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _format_type_sql() -> str:
+    whens: list[str] = []
+    for t in T.ALL_TYPES:
+        if t.oid == T.VARCHAR.oid:
+            whens.append(f"WHEN o = {t.oid} THEN CASE WHEN m >= 4 THEN 'character varying(' || "
+                         f"CAST(m - 4 AS VARCHAR) || ')' ELSE 'character varying' END")
+        elif t.oid == T.NUMERIC.oid:
+            whens.append(f"WHEN o = {t.oid} THEN CASE WHEN m >= 4 THEN 'numeric(' || "
+                         f"CAST((m - 4) // 65536 AS VARCHAR) || ',' || "
+                         f"CAST((m - 4) % 65536 AS VARCHAR) || ')' ELSE 'numeric' END")
+        else:
+            whens.append(f"WHEN o = {t.oid} THEN {_q(t.name)}")
+        if t.array_oid:
+            whens.append(f"WHEN o = {t.array_oid} THEN {_q(t.name + '[]')}")
+    return ("CASE WHEN o IS NULL THEN NULL " + " ".join(whens) + " ELSE '???' END")
+
+
+def macro_definitions() -> list[str]:
+    """CREATE MACRO statements, in install order."""
+    start = _START_TIME.strftime("%Y-%m-%d %H:%M:%S.%f+00")
+    return [
+        f"CREATE OR REPLACE MACRO sdb_format_type(o, m) AS ({_format_type_sql()})",
+        "CREATE OR REPLACE MACRO sdb_pg_encoding_to_char(e) AS (CASE WHEN e IS NULL THEN NULL "
+        "WHEN e = 6 THEN 'UTF8' WHEN e = 0 THEN 'SQL_ASCII' ELSE '' END)",
+        "CREATE OR REPLACE MACRO sdb_pg_size_pretty(b) AS (CASE WHEN b IS NULL THEN NULL "
+        "WHEN abs(b) < 10240 THEN CAST(b AS VARCHAR) || ' bytes' "
+        "WHEN abs(b) < 10485760 THEN CAST(round(b / 1024.0) AS BIGINT) || ' kB' "
+        "WHEN abs(b) < 10737418240 THEN CAST(round(b / 1048576.0) AS BIGINT) || ' MB' "
+        "WHEN abs(b) < 10995116277760 THEN CAST(round(b / 1073741824.0) AS BIGINT) || ' GB' "
+        "ELSE CAST(round(b / 1099511627776.0) AS BIGINT) || ' TB' END)",
+        "CREATE OR REPLACE MACRO sdb_array_upper(a, d) AS (CASE WHEN d = 1 AND len(a) > 0 "
+        "THEN CAST(len(a) AS INTEGER) END)",
+        "CREATE OR REPLACE MACRO sdb_array_lower(a, d) AS (CASE WHEN d = 1 AND len(a) > 0 "
+        "THEN 1 END)",
+        "CREATE OR REPLACE MACRO sdb_array_length(a, d) AS (CASE WHEN d = 1 AND len(a) > 0 "
+        "THEN CAST(len(a) AS INTEGER) END)",
+        "CREATE OR REPLACE MACRO sdb_array_to_string(a, d) AS "
+        "(array_to_string(list_filter(a, lambda x: x IS NOT NULL), d))",
+        "CREATE OR REPLACE MACRO sdb_quote_ident(s) AS (CASE WHEN s IS NULL THEN NULL "
+        "WHEN regexp_full_match(s, '[a-z_][a-z0-9_$]*') THEN s "
+        "ELSE '\"' || replace(s, '\"', '\"\"') || '\"' END)",
+        f"CREATE OR REPLACE MACRO sdb_pg_postmaster_start_time() AS "
+        f"(CAST({_q(start)} AS TIMESTAMPTZ))",
+        "CREATE OR REPLACE MACRO sdb_txid_current() AS "
+        "(CAST(epoch_us(get_current_timestamp()) AS BIGINT))",
+        "CREATE OR REPLACE MACRO sdb_regtype_name(o) AS (sdb_format_type(o, NULL))",
+    ]
+
+
+def install_duckdb_functions(con: Any) -> None:
+    """Install the sdb_* macros on a DuckDB connection (idempotent per connection)."""
+    try:
+        if con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = ?",
+                       [_INSTALLED_MARK]).fetchall()[0][0]:
+            return
+    except Exception:  # noqa: BLE001 - a failed probe just means: install
+        pass
+    for stmt in macro_definitions():
+        con.execute(stmt)
+    con.execute(f"CREATE OR REPLACE MACRO {_INSTALLED_MARK}() AS (true)")
+
+
+__all__ = ["install_duckdb_functions", "macro_definitions"]

@@ -1,0 +1,129 @@
+"""The embedded query engine (DuckDB over Arrow) used for small ad hoc reads and for describing.
+
+Each thread gets its own in-memory connection, set up for Postgres semantics
+(integer division, NULL ordering, UTC). Inputs are registered as Arrow tables for
+one query and unregistered afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import duckdb
+import pyarrow as pa
+
+from streamdb import errors
+
+_local = threading.local()
+
+
+def _setup(con: duckdb.DuckDBPyConnection) -> None:
+    con.sql("SET integer_division = true")
+    con.sql("SET default_null_order = 'nulls_last_on_asc_first_on_desc'")
+    try:
+        con.sql("SET TimeZone = 'UTC'")
+    except duckdb.Error:
+        pass  # without ICU, timestamptz math is UTC anyway
+    from streamdb.runtime.duckdb_functions import install_duckdb_functions
+
+    install_duckdb_functions(con)
+
+
+def connection() -> duckdb.DuckDBPyConnection:
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = duckdb.connect(":memory:")
+        _setup(con)
+        _local.con = con
+    return con
+
+
+@contextmanager
+def registered(tables: dict[str, pa.Table]) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = connection()
+    for name, table in tables.items():
+        con.register(name, table)
+    try:
+        yield con
+    finally:
+        for name in tables:
+            try:
+                con.unregister(name)
+            except duckdb.Error:
+                pass
+
+
+def run(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    with registered(tables) as con:
+        try:
+            return con.sql(sql).to_arrow_table()
+        except duckdb.Error as e:
+            raise translate_error(e) from None
+
+
+def interrupt_current() -> None:
+    con = getattr(_local, "con", None)
+    if con is not None:
+        con.interrupt()
+
+
+_COLUMN_NOT_FOUND = re.compile(r'Referenced column "([^"]+)" not found')
+_TABLE_COLUMN = re.compile(r'Table "([^"]+)" does not have a column named "([^"]+)"')
+_FUNC = re.compile(r'Scalar Function with name (\w+) does not exist|Function with name (\w+) does not exist')
+
+
+def translate_error(e: Exception) -> errors.StreamDBError:
+    """DuckDB's error classes and messages -> Postgres SQLSTATEs and Postgres-like wording."""
+    msg = str(e)
+    first = msg.split("\n", 1)[0]
+    text = first.split(": ", 1)[1] if ": " in first else first
+    if isinstance(e, duckdb.BinderException):
+        m = _COLUMN_NOT_FOUND.search(msg)
+        if m:
+            return errors.UndefinedColumn(f'column "{m.group(1)}" does not exist')
+        m = _TABLE_COLUMN.search(msg)
+        if m:
+            return errors.UndefinedColumn(f'column {m.group(1)}.{m.group(2)} does not exist')
+        if "No function matches" in msg or "Could not choose a best candidate" in msg:
+            return errors.UndefinedFunction(_clean(text), hint="No function matches the given name and "
+                                            "argument types. You might need to add explicit type casts.")
+        if "must appear in the GROUP BY clause" in msg or "aggregate" in msg.lower() and "group" in msg.lower():
+            return errors.GroupingError(_clean(text))
+        if "Cannot compare" in msg or "Cannot mix" in msg or "cannot be" in msg.lower():
+            return errors.DatatypeMismatch(_clean(text))
+        if "Ambiguous reference" in msg:
+            return errors.AmbiguousColumn(_clean(text))
+        return errors.DatatypeMismatch(_clean(text)) if "type" in msg.lower() else errors.StreamDBError(
+            _clean(text), sqlstate="42000")
+    if isinstance(e, duckdb.CatalogException):
+        m = _FUNC.search(msg)
+        if m:
+            name = m.group(1) or m.group(2)
+            return errors.UndefinedFunction(f"function {name} does not exist")
+        if "does not exist" in msg:
+            return errors.UndefinedTable(_clean(text))
+        return errors.UndefinedObject(_clean(text))
+    if isinstance(e, duckdb.ConversionException):
+        return errors.InvalidTextRepresentation(_clean(text))
+    if isinstance(e, duckdb.OutOfRangeException):
+        if "division by zero" in msg.lower():
+            return errors.DivisionByZero("division by zero")
+        return errors.NumericValueOutOfRange(_clean(text))
+    if isinstance(e, duckdb.InvalidInputException):
+        if "division by zero" in msg.lower():
+            return errors.DivisionByZero("division by zero")
+        return errors.InvalidParameterValue(_clean(text))
+    if isinstance(e, duckdb.ParserException):
+        return errors.SyntaxErrorSQL(_clean(text))
+    if isinstance(e, duckdb.InterruptException):
+        return errors.QueryCanceled("canceling statement due to user request")
+    if isinstance(e, duckdb.NotImplementedException):
+        return errors.FeatureNotSupported(_clean(text))
+    return errors.InternalError(f"internal error: {_clean(text)}")
+
+
+def _clean(text: str) -> str:
+    return text.strip().rstrip("!")

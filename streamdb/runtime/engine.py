@@ -1,0 +1,77 @@
+"""The engine: storage, catalog, readers and Spark, shared by every session."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from pathlib import Path
+
+from streamdb.config import Settings
+from streamdb.errors import InvalidCatalogName
+from streamdb.runtime.catalog_store import CatalogStore
+from streamdb.runtime.reader import RelationReader
+from streamdb.storage import open_storage
+
+log = logging.getLogger("streamdb.engine")
+
+
+class Engine:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        data_dir = Path(settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.storage = open_storage(settings.log, str(data_dir / "log"),
+                                    kafka_bootstrap=settings.kafka_bootstrap)
+        self.catalog = CatalogStore(self.storage)
+        self.reader = RelationReader(self.storage)
+        self.ddl_lock = asyncio.Lock()
+        self._table_locks: dict[int, asyncio.Lock] = {}
+        self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
+        self.sessions: dict[int, object] = {}
+        self.spark = None
+        if settings.spark_enabled:
+            from streamdb.runtime.spark.session import SparkRuntime
+
+            self.spark = SparkRuntime(
+                settings.spark_master, work_dir=str(data_dir / "spark"),
+                conf={"spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions)},
+            )
+
+    def start(self) -> None:
+        if self.spark is not None:
+            self.spark.start_background()
+        log.info("catalog version %d with %d relations", self.catalog.snapshot().version,
+                 len(self.catalog.snapshot().relations))
+
+    def table_lock(self, rel_id: int) -> asyncio.Lock:
+        lock = self._table_locks.get(rel_id)
+        if lock is None:
+            lock = self._table_locks[rel_id] = asyncio.Lock()
+        return lock
+
+    def notify_write(self, rel_id: int) -> None:
+        """Hook for derived relations and subscribers (issue 3)."""
+
+    async def flush(self) -> None:
+        """Every acknowledged write is durable and visible to reads already."""
+
+    def new_session(self, user: str, database: str, options: dict[str, str]):
+        from streamdb.runtime.session import EngineSession
+
+        if database not in (self.settings.database, user) and database != "":
+            raise InvalidCatalogName(f'database "{database}" does not exist',
+                                     hint=f'The database is called "{self.settings.database}".')
+        pid = next(self._pids)
+        session = EngineSession(self, user, self.settings.database, options, pid)
+        self.sessions[pid] = session
+        return session
+
+    def close(self) -> None:
+        if self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:  # noqa: BLE001 - shutting down; report and go on
+                log.exception("stopping Spark failed")
+        self.storage.close()

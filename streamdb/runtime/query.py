@@ -1,0 +1,111 @@
+"""Runs ad hoc queries over one consistent snapshot.
+
+Small reads run on the embedded engine (no Spark job latency); reads over more
+input rows than `spark_read_threshold_rows` run on Spark with the same inputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from streamdb import types as T
+from streamdb.errors import UndefinedTable
+from streamdb.planner.context import SessionInfo
+from streamdb.planner.plans import QueryPlan
+from streamdb.runtime import embedded, system_catalog
+from streamdb.runtime.api import Column
+from streamdb.runtime.changes import from_arrow_value
+
+if TYPE_CHECKING:
+    from streamdb.runtime.engine import Engine
+
+log = logging.getLogger("streamdb.query")
+
+
+def gather_inputs(engine: Engine, plan: QueryPlan, session: SessionInfo) -> dict[str, pa.Table]:
+    catalog = engine.catalog.snapshot()
+    tables: dict[str, pa.Table] = {}
+    with engine.storage.snapshot() as snap:
+        for inp in plan.inputs:
+            if inp.relation_id is not None:
+                rel = catalog.by_id(inp.relation_id)
+                if rel is None:
+                    raise UndefinedTable(f"relation {inp.registered_name} was dropped while the query ran")
+                if inp.mode == "changes":
+                    tables[inp.registered_name] = engine.reader.read_changes(rel, snap)
+                else:
+                    tables[inp.registered_name] = engine.reader.read_state(rel, snap)
+            else:
+                assert inp.system_key is not None
+                tables[inp.registered_name] = system_catalog.build_system_table(inp.system_key, catalog, session)
+    return tables
+
+
+def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo) -> tuple[str, list[tuple[Any, ...]]]:
+    """Returns the engine used and the rows."""
+    tables = gather_inputs(engine, plan, session)
+    input_rows = sum(t.num_rows for t in tables.values())
+    spark = engine.spark
+    threshold = engine.settings.spark_read_threshold_rows
+    override = session.settings.get("streamdb.spark_read_threshold_rows")
+    if override is not None and override.strip().lstrip("-").isdigit():
+        threshold = int(override)  # per-session override, e.g. to force Spark in tests
+    use_spark = (spark is not None and input_rows > threshold
+                 and all(not n.startswith("sys_") for n in tables))
+    if use_spark:
+        assert spark is not None
+        spark.wait_ready(timeout=120)
+        result = spark.run_query(plan.spark_sql, tables)
+        engine_used = "spark"
+    else:
+        result = embedded.run(plan.duckdb_sql, tables)
+        engine_used = "embedded"
+    return engine_used, arrow_to_rows(result, plan.columns)
+
+
+async def run(engine: Engine, plan: QueryPlan, session: SessionInfo) -> list[tuple[Any, ...]]:
+    return (await run_reporting_engine(engine, plan, session))[1]
+
+
+async def run_reporting_engine(engine: Engine, plan: QueryPlan,
+                               session: SessionInfo) -> tuple[str, list[tuple[Any, ...]]]:
+    return await asyncio.to_thread(run_blocking, engine, plan, session)
+
+
+def _pg_array_text(v: list[Any]) -> str:
+    def item(x: Any) -> str:
+        if x is None:
+            return "NULL"
+        if isinstance(x, list):
+            return _pg_array_text(x)
+        if isinstance(x, bool):
+            return "t" if x else "f"
+        s = str(x)
+        if s == "" or any(ch in s for ch in ',{}" \\') or s.upper() == "NULL":
+            return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return s
+    return "{" + ",".join(item(x) for x in v) + "}"
+
+
+def arrow_to_rows(table: pa.Table, columns: tuple[Column, ...]) -> list[tuple[Any, ...]]:
+    cols: list[list[Any]] = []
+    for i, col in enumerate(columns):
+        arr = table.column(i)
+        values = arr.to_pylist()
+        t = col.type
+        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            values = [None if v is None else _pg_array_text(v) for v in values]
+        elif pa.types.is_struct(arr.type) or pa.types.is_map(arr.type):
+            import json
+
+            values = [None if v is None else json.dumps(v, default=str) for v in values]
+        elif t is T.INTERVAL or t is T.NUMERIC:
+            values = [from_arrow_value(v, t) for v in values]
+        elif t is T.TIMESTAMPTZ:
+            pass
+        cols.append(values)
+    return list(zip(*cols, strict=True)) if cols else [() for _ in range(table.num_rows)]

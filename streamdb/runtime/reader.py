@@ -1,0 +1,153 @@
+"""Reads a relation at a storage snapshot as an Arrow table, for ad hoc queries.
+
+Streams only grow, so each partition's decoded rows are cached and extended
+from the cached end offset; a snapshot older than the cache is a slice of it.
+Tables are rebuilt from their state store when their log has moved on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pyarrow as pa
+
+from streamdb import types as T
+from streamdb.catalog import RelationDef
+from streamdb.runtime import changes as C
+from streamdb.storage.base import Snapshot, Storage
+
+
+def state_store(rel_id: int) -> str:
+    return f"state:{rel_id}"
+
+
+class _PartitionCache:
+    __slots__ = ("end", "tables", "events", "rowtimes")
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.tables: list[pa.Table] = []  # decoded batches (typed streams, and change logs)
+        self.events: list[dict[str, Any]] = []  # schemaless streams: parsed JSON events
+        self.rowtimes: list[Any] = []
+
+
+class RelationReader:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._lock = threading.Lock()
+        self._partitions: dict[tuple[int, int], _PartitionCache] = {}
+        self._tables: dict[int, tuple[tuple[int, ...], pa.Table]] = {}
+
+    def forget(self, rel_id: int) -> None:
+        with self._lock:
+            for k in [k for k in self._partitions if k[0] == rel_id]:
+                del self._partitions[k]
+            self._tables.pop(rel_id, None)
+
+    def end_offsets(self, rel: RelationDef, snap: Snapshot) -> tuple[int, ...]:
+        return tuple(snap.end_offset(rel.id, p) for p in range(rel.partitions))
+
+    def row_count(self, rel: RelationDef, snap: Snapshot) -> int:
+        if rel.kind == "stream":
+            return sum(self.end_offsets(rel, snap))
+        return self.read_state(rel, snap).num_rows
+
+    # ---- change logs ---------------------------------------------------------------
+
+    def _log_partition(self, rel: RelationDef, snap: Snapshot, partition: int) -> tuple[_PartitionCache, int]:
+        end = snap.end_offset(rel.id, partition)
+        with self._lock:
+            cache = self._partitions.setdefault((rel.id, partition), _PartitionCache())
+            if cache.end < end:
+                for first, count, payload in snap.read(rel.id, partition, cache.end, end):
+                    table = C.decode_batch(payload)
+                    skip = cache.end - first if first < cache.end else 0
+                    if skip:
+                        table = table.slice(skip)
+                    if rel.schemaless:
+                        cache.events.extend(json.loads(s) for s in table.column(C.JSON_VALUE).to_pylist())
+                        cache.rowtimes.extend(table.column(C.ROWTIME).to_pylist())
+                    else:
+                        cache.tables.append(table)
+                    cache.end = first + count
+            return cache, end
+
+    def _log_table(self, rel: RelationDef, snap: Snapshot) -> pa.Table:
+        """Every change of the relation as of the snapshot, partition by partition."""
+        parts = []
+        schema = C.batch_schema(rel) if not rel.schemaless else None
+        for p in range(rel.partitions):
+            cache, end = self._log_partition(rel, snap, p)
+            if rel.schemaless:
+                parts.append(self._schemaless_table(rel, cache.events[:end], cache.rowtimes[:end]))
+            elif cache.tables:
+                parts.append(pa.concat_tables(cache.tables).slice(0, end))
+        if not parts:
+            if rel.schemaless:
+                return self._schemaless_table(rel, [], [])
+            assert schema is not None
+            return schema.empty_table()
+        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    def _schemaless_table(self, rel: RelationDef, events: list[dict[str, Any]], rowtimes: list[Any]) -> pa.Table:
+        arrays = []
+        fields = []
+        for c in rel.columns:
+            vals = [_json_value(e.get(c.name), c.type) for e in events]
+            arrays.append(pa.array(vals, c.type.arrow()))
+            fields.append(pa.field(c.name, c.type.arrow()))
+        arrays.append(pa.array(rowtimes, pa.timestamp("us", tz="UTC")))
+        fields.append(pa.field(C.ROWTIME, pa.timestamp("us", tz="UTC")))
+        arrays.append(pa.array([1] * len(events), pa.int8()))
+        fields.append(pa.field(C.WEIGHT, pa.int8()))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    # ---- what queries see ----------------------------------------------------------
+
+    def read_state(self, rel: RelationDef, snap: Snapshot) -> pa.Table:
+        """Current contents: a stream's every event (with rowtime); a table's current rows (with __rowkey)."""
+        user_cols = [c.name for c in rel.columns]
+        if rel.kind == "stream":
+            return self._log_table(rel, snap).select([*user_cols, C.ROWTIME])
+        offsets = self.end_offsets(rel, snap)
+        with self._lock:
+            cached = self._tables.get(rel.id)
+        if cached is not None and cached[0] == offsets:
+            return cached[1]
+        rows, keys = [], []
+        for key, value in snap.scan(state_store(rel.id)):
+            row, _rowtime = C.decode_state_row(value)
+            rows.append(row)
+            keys.append(key)
+        arrays = [pa.array([C.to_arrow_value(r[i], c.type) for r in rows], c.type.arrow())
+                  for i, c in enumerate(rel.columns)]
+        arrays.append(pa.array(keys, pa.binary()))
+        schema = pa.schema([*(pa.field(c.name, c.type.arrow()) for c in rel.columns),
+                            pa.field(C.ROWKEY, pa.binary())])
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        with self._lock:
+            self._tables[rel.id] = (offsets, table)
+        return table
+
+    def read_changes(self, rel: RelationDef, snap: Snapshot) -> pa.Table:
+        """The change log: op ('insert' | 'delete'), rowtime, then the columns."""
+        log = self._log_table(rel, snap)
+        weights = log.column(C.WEIGHT).to_pylist()
+        ops = pa.array(["insert" if w > 0 else "delete" for w in weights], pa.string())
+        cols = [log.column(c.name) for c in rel.columns]
+        names = ["op", C.ROWTIME, *(c.name for c in rel.columns)]
+        return pa.Table.from_arrays([ops, log.column(C.ROWTIME), *cols], names=names)
+
+
+def _json_value(v: Any, t: T.SqlType) -> Any:
+    if v is None:
+        return None
+    if t in (T.JSONB, T.JSON) or (T.is_textual(t) and not isinstance(v, str)):
+        return json.dumps(v)
+    if t is T.DOUBLE and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if t is T.BIGINT and isinstance(v, bool):
+        return int(v)
+    return v

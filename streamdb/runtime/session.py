@@ -1,0 +1,233 @@
+"""One client's session: parses, plans and runs statements through the coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from streamdb import planner
+from streamdb import types as T
+from streamdb.errors import (
+    FeatureNotSupported,
+    InFailedTransaction,
+    InternalError,
+    QueryCanceled,
+    StreamDBError,
+    UndefinedObject,
+)
+from streamdb.planner import query as query_planner
+from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
+from streamdb.runtime import coordinator
+from streamdb.runtime.api import CopyInRequest, ExecutionResult, PreparedStatement, Statement
+from streamdb.runtime.statements import copy as copy_runtime
+from streamdb.runtime.statements.context import ExecContext
+from streamdb.sql import ast as S
+from streamdb.sql.parser import parse_statements
+
+if TYPE_CHECKING:
+    from streamdb.runtime.engine import Engine
+
+log = logging.getLogger("streamdb.session")
+
+# Settings clients read and set. Reported ones are sent as ParameterStatus when they change.
+DEFAULT_SETTINGS: dict[str, str] = {
+    "server_version": SERVER_VERSION.split(" ")[0],
+    "server_version_num": "150000",
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "datestyle": "ISO, MDY",
+    "timezone": "UTC",
+    "intervalstyle": "postgres",
+    "integer_datetimes": "on",
+    "standard_conforming_strings": "on",
+    "application_name": "",
+    "is_superuser": "on",
+    "search_path": '"$user", public',
+    "extra_float_digits": "1",
+    "transaction_isolation": "serializable",
+    "default_transaction_isolation": "serializable",
+    "transaction_read_only": "off",
+    "default_transaction_read_only": "off",
+    "statement_timeout": "0",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+    "client_min_messages": "notice",
+    "bytea_output": "hex",
+    "max_identifier_length": "63",
+    "lc_messages": "C",
+    "lc_collate": "C",
+    "lc_ctype": "C",
+    "lc_monetary": "C",
+    "lc_numeric": "C",
+    "lc_time": "C",
+    "max_index_keys": "32",
+    "jit": "off",
+    "row_security": "on",
+    "synchronous_commit": "on",
+    "cluster_name": "streamdb",
+    "geqo": "on",
+    "work_mem": "4MB",
+    "enable_seqscan": "on",
+}
+REPORTED = {"server_version": "server_version", "server_encoding": "server_encoding",
+            "client_encoding": "client_encoding", "datestyle": "DateStyle", "timezone": "TimeZone",
+            "intervalstyle": "IntervalStyle", "integer_datetimes": "integer_datetimes",
+            "standard_conforming_strings": "standard_conforming_strings",
+            "application_name": "application_name", "is_superuser": "is_superuser",
+            "session_authorization": "session_authorization"}
+READ_ONLY = {"server_version", "server_version_num", "server_encoding", "integer_datetimes",
+             "is_superuser", "max_identifier_length", "lc_collate", "lc_ctype", "max_index_keys",
+             "session_authorization"}
+ALIASES = {"time zone": "timezone", "time_zone": "timezone", "names": "client_encoding",
+           "transaction isolation level": "transaction_isolation", "session authorization": "session_authorization"}
+
+
+class EngineSession:
+    def __init__(self, engine: Engine, user: str, database: str, options: dict[str, str], pid: int) -> None:
+        self.engine = engine
+        self.user = user
+        self.database = database
+        self.pid = pid
+        self.txn_status = "I"
+        self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
+        self.settings = dict(self._defaults)
+        if options.get("application_name"):
+            self.settings["application_name"] = options["application_name"]
+        for k, v in options.items():
+            k = k.lower()
+            if k in self.settings and k not in READ_ONLY:
+                self.settings[k] = v
+        self._running: asyncio.Task[Any] | None = None
+        self._cancelled = False
+
+    # ---- settings ------------------------------------------------------------------------
+
+    @property
+    def transaction_status(self) -> str:
+        return self.txn_status
+
+    def startup_parameters(self) -> dict[str, str]:
+        return {REPORTED[k]: self.settings[k] for k in REPORTED if k in self.settings}
+
+    def info(self) -> SessionInfo:
+        return SessionInfo(self.user, self.database, self.settings.get("application_name", ""),
+                           dict(self.settings), self.pid)
+
+    def get_setting(self, name: str) -> str | None:
+        name = ALIASES.get(name, name)
+        if name == "all":
+            return None
+        return self.settings.get(name)
+
+    def set_setting(self, name: str, value: str | None) -> dict[str, str]:
+        name = ALIASES.get(name, name)
+        if name not in self.settings and "." not in name:
+            raise UndefinedObject(f'unrecognized configuration parameter "{name}"')
+        if name in READ_ONLY:
+            raise StreamDBError(f'parameter "{name}" cannot be changed', sqlstate="55P02")
+        if value is None or value.upper() == "DEFAULT":
+            value = self._defaults.get(name, "")
+        if name == "timezone" and value.upper() not in ("UTC", "GMT", "Z", "ETC/UTC", "+00", "00:00", "0", "LOCAL"):
+            raise FeatureNotSupported(f'time zone "{value}" is not supported; the server works in UTC')
+        if name == "timezone":
+            value = "UTC"
+        if name == "client_encoding" and value.upper().replace("-", "") not in ("UTF8", "UNICODE"):
+            raise FeatureNotSupported(f'client encoding "{value}" is not supported; use UTF8')
+        self.settings[name] = value
+        return {REPORTED[name]: value} if name in REPORTED else {}
+
+    def reset_all(self) -> None:
+        app = self.settings.get("application_name", "")
+        self.settings = dict(self._defaults)
+        self.settings["application_name"] = app
+
+    # ---- statements ------------------------------------------------------------------------
+
+    def _ctx(self) -> PlanContext:
+        return PlanContext(self.engine.catalog.snapshot(), self.info())
+
+    def parse(self, sql: str) -> list[Statement]:
+        return [Statement(p.sql, p.ast, p.offset) for p in parse_statements(sql)]
+
+    def prepare(self, sql: str, param_types: list[T.SqlType | None]) -> PreparedStatement:
+        statements = self.parse(sql)
+        if not statements:
+            return PreparedStatement(None, tuple(t or T.TEXT for t in param_types), None)
+        if len(statements) > 1:
+            from streamdb.errors import SyntaxErrorSQL
+
+            raise SyntaxErrorSQL("cannot insert multiple commands into a prepared statement")
+        st = statements[0]
+        try:
+            types, columns = planner.describe(st.ast, self._ctx(), param_types)
+        except StreamDBError as e:
+            raise _shift(e, st)
+        return PreparedStatement(st, types, columns)
+
+    async def execute(self, statement: Statement, params: list[Any] | None = None) -> ExecutionResult:
+        node = statement.ast
+        if self.txn_status == "E" and not isinstance(node, S.TransactionControl):
+            raise InFailedTransaction(
+                "current transaction is aborted, commands ignored until end of transaction block")
+        self._cancelled = False
+        try:
+            if params:
+                types, _ = planner.describe(node, self._ctx(), [None] * len(params))
+                node = query_planner.bind_parameters(node, params, types)
+            plan = planner.plan(node, self._ctx(), statement.sql)
+            task = asyncio.ensure_future(coordinator.execute(plan, ExecContext(self.engine, self)))
+            self._running = task
+            try:
+                return await task
+            except asyncio.CancelledError:
+                if self._cancelled:
+                    raise QueryCanceled("canceling statement due to user request") from None
+                raise
+            finally:
+                self._running = None
+        except StreamDBError as e:
+            self._fail()
+            raise _shift(e, statement)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any bug becomes XX000, the connection stays up
+            log.exception("internal error running %r", statement.sql)
+            self._fail()
+            raise InternalError(f"internal error: {type(e).__name__}: {e}") from e
+
+    def _fail(self) -> None:
+        if self.txn_status == "T":
+            self.txn_status = "E"
+
+    async def finish_copy_in(self, request: CopyInRequest, data: bytes) -> ExecutionResult:
+        try:
+            return await copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self))
+        except StreamDBError:
+            self._fail()
+            raise
+        except Exception as e:  # noqa: BLE001
+            log.exception("internal error in COPY")
+            self._fail()
+            raise InternalError(f"internal error: {type(e).__name__}: {e}") from e
+
+    def fail_copy_in(self, request: CopyInRequest, message: str) -> None:
+        self._fail()
+
+    def cancel(self) -> None:
+        task = self._running
+        if task is not None and not task.done():
+            self._cancelled = True
+            task.get_loop().call_soon_threadsafe(task.cancel)
+
+    def close(self) -> None:
+        self.cancel()
+        self.engine.sessions.pop(self.pid, None)
+
+
+def _shift(e: StreamDBError, st: Statement) -> StreamDBError:
+    """Positions are relative to the statement; clients expect them in the whole query string."""
+    if e.position is not None and st.offset and not getattr(e, "_shifted", False):
+        e.position += st.offset
+        e._shifted = True  # type: ignore[attr-defined]
+    return e

@@ -1,0 +1,574 @@
+"""The Spark runtime: one SparkSession per server process, started in the background.
+
+Only modules under streamdb/runtime/spark may import pyspark. pyspark is imported lazily
+(inside the start thread and the query path) so importing this module stays cheap.
+
+Data crosses into Spark only as DataFrames built from Arrow tables on the driver, so the
+same code path works for ``local[*]`` and for a remote ``spark://host:port`` master
+(executors never read the driver's disk).
+
+Type notes (Arrow -> Spark -> Arrow):
+
+* ``timestamp[us]`` (no tz) <-> TimestampNTZType; ``timestamp[us, tz=UTC]`` <-> TimestampType
+  (results come back as ``timestamp[us, tz=UTC]``).
+* ``time64[us]`` <-> TimeType(6) (Spark returns ``time64[ns]``; cast back to ``time64[us]``).
+* ``month_day_nano_interval``: Spark cannot take this Arrow type. Columns whose values have
+  no month part are shipped as ``duration[us]`` (DayTimeIntervalType) and durations in
+  results are returned as ``month_day_nano_interval`` (whole days split out). A value with
+  a month part raises FeatureNotSupported (0A000).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamdb.errors import (
+    DivisionByZero,
+    FeatureNotSupported,
+    InternalError,
+    InvalidTextRepresentation,
+    NumericValueOutOfRange,
+    ObjectNotInPrerequisiteState,
+    StreamDBError,
+    SyntaxErrorSQL,
+    UndefinedColumn,
+    UndefinedFunction,
+    UndefinedTable,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+STOPPED = "stopped"
+STARTING = "starting"
+READY = "ready"
+FAILED = "failed"
+
+_STOP_TIMEOUT_S = 15.0
+_US_PER_DAY = 86_400_000_000
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p spark %c{1}: %m%n%ex
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.nativeloader.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativeloader.level = error
+logger.sparkconf.name = org.apache.spark.SparkConf
+logger.sparkconf.level = error
+logger.utils.name = org.apache.spark.util.Utils
+logger.utils.level = error
+logger.sparkenv.name = org.apache.spark.SparkEnv
+logger.sparkenv.level = error
+# Failed queries reach the client as errors; do not also dump executor stack traces.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = fatal
+logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasksetmanager.level = error
+"""
+
+
+def _is_loopback_master(master: str) -> bool:
+    m = master.strip().lower()
+    if m == "local" or m.startswith("local["):
+        return True
+    return m.startswith("spark://127.0.0.1") or m.startswith("spark://localhost")
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return text.strip()
+
+
+_BRACKET = re.compile(r"^\[[A-Z0-9_.]+\]\s*")
+_SQLSTATE_TAIL = re.compile(r"\s*SQLSTATE:\s*[0-9A-Z]{5}.*$")
+
+
+def _clean_message(text: str) -> str:
+    """Spark's first message line without the [ERROR_CLASS] prefix and SQLSTATE suffix."""
+    line = _first_line(text)
+    line = _BRACKET.sub("", line)
+    line = _SQLSTATE_TAIL.sub("", line)
+    return line.rstrip(" ;") or "Spark query failed"
+
+
+# Spark error condition (prefix) -> StreamDB error class.
+_BY_CONDITION: tuple[tuple[str, type[StreamDBError]], ...] = (
+    ("UNRESOLVED_COLUMN", UndefinedColumn),
+    ("UNRESOLVED_FIELD", UndefinedColumn),
+    ("TABLE_OR_VIEW_NOT_FOUND", UndefinedTable),
+    ("PARSE_SYNTAX_ERROR", SyntaxErrorSQL),
+    ("PARSE_EMPTY_STATEMENT", SyntaxErrorSQL),
+    ("DIVIDE_BY_ZERO", DivisionByZero),
+    ("INTERVAL_DIVIDED_BY_ZERO", DivisionByZero),
+    ("CAST_INVALID_INPUT", InvalidTextRepresentation),
+    ("UNRESOLVED_ROUTINE", UndefinedFunction),
+    ("ARITHMETIC_OVERFLOW", NumericValueOutOfRange),
+    ("CAST_OVERFLOW", NumericValueOutOfRange),
+    ("NUMERIC_VALUE_OUT_OF_RANGE", NumericValueOutOfRange),
+)
+
+# Spark SQLSTATE -> StreamDB error class (Spark's states mostly follow Postgres).
+_BY_SQLSTATE: dict[str, type[StreamDBError]] = {
+    "42703": UndefinedColumn,
+    "42P01": UndefinedTable,
+    "42601": SyntaxErrorSQL,
+    "42883": UndefinedFunction,
+    "22012": DivisionByZero,
+    "22018": InvalidTextRepresentation,  # Spark: invalid character value for cast
+    "22P02": InvalidTextRepresentation,
+    "22003": NumericValueOutOfRange,
+}
+
+
+def translate_spark_error(exc: BaseException) -> StreamDBError:
+    """Map a pyspark/py4j exception to a StreamDBError (no Java stack trace in the message)."""
+    if isinstance(exc, StreamDBError):
+        return exc
+    condition: str | None = None
+    sqlstate: str | None = None
+    get_condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    if callable(get_condition):
+        try:
+            condition = get_condition()
+        except Exception:  # noqa: BLE001 - best effort introspection
+            condition = None
+    get_state = getattr(exc, "getSqlState", None)
+    if callable(get_state):
+        try:
+            sqlstate = get_state()
+        except Exception:  # noqa: BLE001
+            sqlstate = None
+    text = str(exc)
+    type_name = type(exc).__name__
+    if condition is None:
+        m = re.match(r"^\[([A-Z0-9_.]+)\]", text.strip())
+        if m:
+            condition = m.group(1)
+    if type_name == "Py4JNetworkError" or "Py4JNetworkError" in text:
+        return InternalError("lost connection to the Spark driver JVM")
+    if type_name.startswith("Py4J"):
+        # Py4JJavaError without a captured Spark condition: the message holds a Java trace.
+        java_exc = getattr(exc, "java_exception", None)
+        if java_exc is not None:
+            try:
+                text = str(java_exc.toString())
+            except Exception:  # noqa: BLE001
+                pass
+    message = _clean_message(text)
+    detail = f"Spark error condition {condition}" if condition else None
+    cls: type[StreamDBError] | None = None
+    if condition:
+        for prefix, candidate in _BY_CONDITION:
+            if condition == prefix or condition.startswith(prefix + "."):
+                cls = candidate
+                break
+    if cls is None and type_name == "ParseException":
+        cls = SyntaxErrorSQL
+    if cls is None and sqlstate:
+        cls = _BY_SQLSTATE.get(sqlstate)
+    if cls is None:
+        if condition == "UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION" or type_name == "PySparkTypeError":
+            return FeatureNotSupported(message, detail=detail)
+        return InternalError(message, detail=detail)
+    return cls(message, detail=detail)
+
+
+def _to_spark_arrow(table: pa.Table) -> pa.Table:
+    """Convert Arrow columns Spark cannot ingest into equivalents it can."""
+    columns = []
+    changed = False
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_interval(field.type):
+            columns.append(_interval_to_duration(field.name, column))
+            changed = True
+        else:
+            columns.append(column)
+    if not changed:
+        return table
+    return pa.table(columns, names=table.column_names)
+
+
+def _interval_to_duration(name: str, column: pa.ChunkedArray) -> pa.Array:
+    values: list[int | None] = []
+    for v in column.to_pylist():
+        if v is None:
+            values.append(None)
+            continue
+        months, days, nanos = v.months, v.days, v.nanoseconds
+        if months:
+            raise FeatureNotSupported(
+                f"column \"{name}\": interval values with a month part cannot be processed by Spark",
+                hint="Express the interval in days (e.g. '30 days') instead of months or years.",
+            )
+        values.append(days * _US_PER_DAY + nanos // 1000)
+    return pa.array(values, type=pa.duration("us"))
+
+
+def _duration_to_interval(column: pa.ChunkedArray) -> pa.Array:
+    us = column.cast(pa.duration("us")).cast(pa.int64()).to_pylist()
+    out: list[tuple[int, int, int] | None] = []
+    for v in us:
+        if v is None:
+            out.append(None)
+        else:
+            # Truncate toward zero so that '-1 day -01:00:00' stays one day plus nanos.
+            days = int(v / _US_PER_DAY)
+            out.append((0, days, (v - days * _US_PER_DAY) * 1000))
+    return pa.array(out, type=pa.month_day_nano_interval())
+
+
+def _from_spark_arrow(table: pa.Table) -> pa.Table:
+    """Normalize Spark's Arrow output back to the types streamdb/types.py uses."""
+    columns = []
+    changed = False
+    for field, column in zip(table.schema, table.columns, strict=True):
+        t = field.type
+        if pa.types.is_duration(t):
+            columns.append(_duration_to_interval(column))
+            changed = True
+        elif pa.types.is_time64(t) and t.unit != "us":
+            columns.append(pc.cast(column, pa.time64("us")))
+            changed = True
+        elif pa.types.is_timestamp(t) and t.unit != "us":
+            columns.append(pc.cast(column, pa.timestamp("us", tz=t.tz)))
+            changed = True
+        else:
+            columns.append(column)
+    if not changed:
+        return table
+    return pa.table(columns, names=table.column_names)
+
+
+class SparkRuntime:
+    """Owns the process's SparkSession and runs SQL over Arrow tables.
+
+    Thread-safe: every ``run_query`` call uses its own ``spark.newSession()`` (separate temp
+    views, shared SparkContext), so concurrent queries neither collide nor serialize.
+    """
+
+    def __init__(
+        self,
+        master: str = "local[*]",
+        *,
+        app_name: str = "streamdb",
+        work_dir: str,
+        conf: dict[str, str] | None = None,
+        shuffle_partitions: int = 2,
+        ready_timeout: float = 120.0,
+    ) -> None:
+        self.master = master
+        self.app_name = app_name
+        self.work_dir = Path(work_dir)
+        self.conf: dict[str, str] = dict(conf or {})
+        self.shuffle_partitions = shuffle_partitions
+        # How long run_query waits for a session that is still starting.
+        self.ready_timeout = ready_timeout
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._status = STOPPED
+        self._error: str | None = None
+        self._spark: SparkSession | None = None
+        self._thread: threading.Thread | None = None
+        self._start_seconds: float | None = None
+        # Observability counters (guarded by _lock).
+        self._queries_run = 0
+        self._queries_failed = 0
+        self._query_seconds = 0.0
+        self._last_query_seconds: float | None = None
+        self._active = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def status(self) -> str:
+        """One of 'stopped' | 'starting' | 'ready' | 'failed'."""
+        return self._status
+
+    @property
+    def error(self) -> str | None:
+        """Why starting Spark failed (None unless status is 'failed')."""
+        return self._error
+
+    @property
+    def start_seconds(self) -> float | None:
+        """How long the SparkSession took to become ready."""
+        return self._start_seconds
+
+    def spark_conf(self) -> dict[str, str]:
+        """The Spark configuration this runtime starts with (user conf wins)."""
+        work = self.work_dir
+        log4j = work / "log4j2.properties"
+        java_opts = [
+            f"-Dlog4j.configurationFile=file:{log4j}",
+            f"-Djava.io.tmpdir={work / 'tmp'}",
+        ]
+        conf: dict[str, str] = {
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.default.parallelism": str(self.shuffle_partitions),
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
+            "spark.local.dir": str(work / "spark-local"),
+            "spark.sql.catalogImplementation": "in-memory",
+            "spark.driver.extraJavaOptions": " ".join(java_opts),
+            "spark.pyspark.python": sys.executable,
+            "spark.sql.adaptive.enabled": "true",
+        }
+        if _is_loopback_master(self.master):
+            conf["spark.driver.bindAddress"] = "127.0.0.1"
+            conf["spark.driver.host"] = "127.0.0.1"
+        conf.update(self.conf)
+        return conf
+
+    def start_background(self) -> None:
+        """Start the SparkSession in a daemon thread; returns immediately."""
+        with self._lock:
+            if self._status in (STARTING, READY):
+                return
+            self._status = STARTING
+            self._error = None
+            self._ready.clear()
+            self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
+            self._thread.start()
+
+    def _start(self) -> None:
+        t0 = time.monotonic()
+        try:
+            spark = self._build_session()
+        except BaseException as exc:  # noqa: BLE001 - report any failure through status
+            msg = _first_line(str(exc)) or type(exc).__name__
+            log.error("Spark failed to start: %s", msg)
+            with self._lock:
+                self._status = FAILED
+                self._error = f"{type(exc).__name__}: {msg}"
+            self._ready.set()
+            return
+        with self._lock:
+            if self._status != STARTING:  # stop() was called while starting
+                stop_now = True
+            else:
+                stop_now = False
+                self._spark = spark
+                self._start_seconds = time.monotonic() - t0
+                self._status = READY
+        if stop_now:
+            _stop_session(spark)
+        else:
+            log.info("Spark ready in %.1fs (master %s)", self._start_seconds, self.master)
+        self._ready.set()
+
+    def _build_session(self) -> SparkSession:
+        for sub in ("spark-warehouse", "spark-local", "tmp"):
+            (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
+        if _is_loopback_master(self.master):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        logging.getLogger("py4j").setLevel(logging.ERROR)
+        logging.getLogger("py4j.clientserver").setLevel(logging.ERROR)
+        logging.getLogger("py4j.java_gateway").setLevel(logging.ERROR)
+
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.master(self.master).appName(self.app_name)
+        for key, value in self.spark_conf().items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        _quiet_pyspark_loggers()
+        # Warm up: the first query pays for codegen/classloading; do it now, not on a client.
+        warm = spark.newSession()
+        warm.createDataFrame(pa.table({"k": pa.array([1, 2, 1], pa.int64())})).createOrReplaceTempView("w")
+        warm.sql("SELECT k, count(*) AS n FROM w GROUP BY k").toArrow()
+        return spark
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until Spark is ready; raise ObjectNotInPrerequisiteState (55000) otherwise."""
+        status = self._status
+        if status == READY:
+            return
+        if status == STOPPED:
+            raise ObjectNotInPrerequisiteState("the Spark runtime is not running")
+        if status == STARTING:
+            self._ready.wait(timeout)
+            status = self._status
+        if status == READY:
+            return
+        if status == FAILED:
+            raise ObjectNotInPrerequisiteState(
+                f"the Spark runtime failed to start: {self._error}",
+                hint="Check the server log and the Spark master URL.",
+            )
+        if status == STARTING:
+            raise ObjectNotInPrerequisiteState(
+                f"the Spark runtime is still starting (not ready after {timeout:g}s)",
+                hint="Retry in a few seconds.",
+            )
+        raise ObjectNotInPrerequisiteState("the Spark runtime is not running")
+
+    def stop(self) -> None:
+        """Stop the SparkSession. Idempotent; bounded (does not hang for more than ~15 s)."""
+        with self._lock:
+            spark = self._spark
+            self._spark = None
+            if self._status == STOPPED:
+                return
+            self._status = STOPPED
+            self._error = None
+        self._ready.set()  # wake waiters; they see 'stopped'
+        if spark is not None:
+            _stop_session(spark)
+
+    def __enter__(self) -> SparkRuntime:
+        self.start_background()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ queries
+
+    def session(self) -> SparkSession:
+        """The root SparkSession (waits up to ready_timeout). For other runtime modules."""
+        self.wait_ready(self.ready_timeout)
+        spark = self._spark
+        if spark is None:
+            raise ObjectNotInPrerequisiteState("the Spark runtime is not running")
+        return spark
+
+    def run_query(self, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+        """Run ``sql`` with each Arrow table registered as a temp view; return an Arrow table.
+
+        Raises StreamDBError (translated from Spark's error) on failure.
+        """
+        root = self.session()
+        t0 = time.monotonic()
+        with self._lock:
+            self._active += 1
+        ok = False
+        try:
+            result = self._run(root, sql, tables)
+            ok = True
+            return result
+        except StreamDBError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - everything becomes a StreamDBError
+            raise translate_spark_error(exc) from None
+        finally:
+            elapsed = time.monotonic() - t0
+            with self._lock:
+                self._active -= 1
+                self._queries_run += 1
+                if not ok:
+                    self._queries_failed += 1
+                self._query_seconds += elapsed
+                self._last_query_seconds = elapsed
+
+    def _run(self, root: SparkSession, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+        spark = root.newSession()
+        for name, table in tables.items():
+            if not _IDENT.match(name):
+                raise InternalError(f"invalid temp view name for Spark: {name!r}")
+            spark.createDataFrame(_to_spark_arrow(table), schema=_spark_schema(table)).createOrReplaceTempView(
+                name
+            )
+        return _from_spark_arrow(spark.sql(sql).toArrow())
+
+    # ------------------------------------------------------------------ observability
+
+    @property
+    def job_count(self) -> int:
+        """Number of run_query calls that finished (successfully or not)."""
+        return self._queries_run
+
+    @property
+    def failure_count(self) -> int:
+        return self._queries_failed
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "status": self._status,
+                "master": self.master,
+                "start_seconds": self._start_seconds,
+                "queries_run": self._queries_run,
+                "queries_failed": self._queries_failed,
+                "queries_active": self._active,
+                "query_seconds_total": round(self._query_seconds, 6),
+                "last_query_seconds": self._last_query_seconds,
+                "error": self._error,
+            }
+
+
+def _spark_schema(table: pa.Table) -> Any:
+    """An explicit Spark schema: naive timestamps become TimestampNTZ, intervals day-time."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    fields = []
+    for field in table.schema:
+        t = field.type
+        if pa.types.is_interval(t):
+            t = pa.duration("us")
+        try:
+            spark_type = from_arrow_type(t, prefer_timestamp_ntz=True)
+        except Exception as exc:  # noqa: BLE001
+            raise FeatureNotSupported(
+                f"column \"{field.name}\": Arrow type {field.type} is not supported by Spark"
+            ) from exc
+        fields.append(StructField(field.name, spark_type, nullable=True))
+    return StructType(fields)
+
+
+def _quiet_pyspark_loggers() -> None:
+    """pyspark logs every failed query (with a Java stack trace) as JSON to stderr; we report
+    errors to the client instead."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # pragma: no cover - older pyspark
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 10)
+
+
+def _stop_session(spark: SparkSession) -> None:
+    done = threading.Event()
+
+    def _do() -> None:
+        try:
+            spark.stop()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("error while stopping Spark: %s", _first_line(str(exc)))
+        finally:
+            done.set()
+
+    t = threading.Thread(target=_do, name="spark-stop", daemon=True)
+    t.start()
+    if not done.wait(_STOP_TIMEOUT_S):
+        log.warning("Spark did not stop within %.0fs; abandoning it", _STOP_TIMEOUT_S)

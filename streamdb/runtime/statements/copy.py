@@ -1,0 +1,114 @@
+"""COPY ... FROM STDIN (text and CSV) and COPY ... TO STDOUT."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from streamdb import values
+from streamdb.errors import DataException, UndefinedTable
+from streamdb.planner.plans import CopyFromPlan, CopyToPlan
+from streamdb.runtime import query, writer
+from streamdb.runtime.api import CopyInRequest, ExecutionResult
+from streamdb.runtime.statements.context import ExecContext
+
+_TEXT_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "\\": "\\"}
+
+
+async def execute_from(plan: CopyFromPlan, ctx: ExecContext) -> ExecutionResult:
+    return ExecutionResult("COPY", copy_in=CopyInRequest(len(plan.target_columns), plan.format, plan))
+
+
+def _unescape_text(field: str) -> str:
+    if "\\" not in field:
+        return field
+    out = []
+    i = 0
+    while i < len(field):
+        ch = field[i]
+        if ch == "\\" and i + 1 < len(field):
+            nxt = field[i + 1]
+            out.append(_TEXT_ESCAPES.get(nxt, nxt))
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def parse_copy_data(plan: CopyFromPlan, data: bytes) -> list[tuple[Any, ...]]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataException(f"invalid byte sequence for encoding \"UTF8\": {e.reason}", sqlstate="22021") from None
+    rows: list[tuple[Any, ...]] = []
+    n = len(plan.target_columns)
+    if plan.format == "csv":
+        reader = csv.reader(io.StringIO(text), delimiter=plan.delimiter, quotechar=plan.quote,
+                            escapechar=None if plan.escape == plan.quote else plan.escape,
+                            doublequote=plan.escape == plan.quote, strict=True)
+        lines = list(reader)
+        if plan.header and lines:
+            lines = lines[1:]
+        raw_lines = text.splitlines()
+        for lineno, fields in enumerate(lines, start=2 if plan.header else 1):
+            if not fields or fields == ["\\."]:
+                continue
+            if len(fields) != n:
+                raise DataException(f"{'missing data' if len(fields) < n else 'extra data after last expected column'}"
+                                    f" for COPY, line {lineno}", sqlstate="22P04")
+            _ = raw_lines
+            rows.append(tuple(None if (f == plan.null) else f for f in fields))
+        return rows
+    lines = text.split("\n")
+    if plan.header and lines:
+        lines = lines[1:]
+    for lineno, line in enumerate(lines, start=2 if plan.header else 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if line == "" or line == "\\.":
+            continue
+        fields = line.split(plan.delimiter)
+        if len(fields) != n:
+            raise DataException(f"{'missing data' if len(fields) < n else 'extra data after last expected column'}"
+                                f" for COPY, line {lineno}", sqlstate="22P04")
+        rows.append(tuple(None if f == plan.null else _unescape_text(f) for f in fields))
+    return rows
+
+
+async def finish_copy_in(request: CopyInRequest, data: bytes, ctx: ExecContext) -> ExecutionResult:
+    plan: CopyFromPlan = request.token
+    rel = ctx.engine.catalog.snapshot().by_id(plan.relation_id)
+    if rel is None:
+        raise UndefinedTable(f'relation "{plan.relation_name}" does not exist')
+    rows = parse_copy_data(plan, data)
+    n = await writer.insert_rows(ctx.engine, rel, plan.target_columns, rows, "rowtime" in plan.target_columns)
+    return ExecutionResult(f"COPY {n}")
+
+
+def _escape_text(s: str, delimiter: str) -> str:
+    return (s.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+            .replace(delimiter, "\\" + delimiter))
+
+
+async def execute_to(plan: CopyToPlan, ctx: ExecContext) -> ExecutionResult:
+    rows = await query.run(ctx.engine, plan.query, ctx.info)
+    cols = plan.query.columns
+    lines: list[bytes] = []
+    if plan.format == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, delimiter=plan.delimiter, lineterminator="\n")
+        if plan.header:
+            w.writerow([c.name for c in cols])
+        for r in rows:
+            w.writerow([plan.null if v is None else values.format_text(v, c.type) for v, c in zip(r, cols, strict=True)])
+        lines = [ln.encode() + b"\n" for ln in buf.getvalue().splitlines()]
+    else:
+        if plan.header:
+            lines.append((plan.delimiter.join(c.name for c in cols) + "\n").encode())
+        for r in rows:
+            fields = [plan.null if v is None else _escape_text(values.format_text(v, c.type), plan.delimiter)
+                      for v, c in zip(r, cols, strict=True)]
+            lines.append((plan.delimiter.join(fields) + "\n").encode())
+    return ExecutionResult(f"COPY {len(rows)}", copy_out=lines, copy_out_format=plan.format)

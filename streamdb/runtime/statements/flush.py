@@ -1,0 +1,16 @@
+"""FLUSH: returns once every write acknowledged before it is reflected everywhere.
+
+Writes are acknowledged only once durable and ad hoc reads see the latest
+durable snapshot, so with no derived relations yet there is nothing to wait for.
+"""
+
+from __future__ import annotations
+
+from streamdb.planner.plans import FlushPlan
+from streamdb.runtime.api import ExecutionResult
+from streamdb.runtime.statements.context import ExecContext
+
+
+async def execute(plan: FlushPlan, ctx: ExecContext) -> ExecutionResult:
+    await ctx.engine.flush()
+    return ExecutionResult("FLUSH")

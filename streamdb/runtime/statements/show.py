@@ -1,0 +1,72 @@
+"""SHOW STREAMS | TABLES | ALL, SHOW CREATE, DESCRIBE."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from streamdb.errors import UndefinedTable
+from streamdb.planner import DESCRIBE_COLUMNS, SHOW_COLUMNS, SHOW_CREATE_COLUMNS
+from streamdb.planner.plans import DescribeRelationPlan, ShowCreatePlan, ShowObjectsPlan
+from streamdb.runtime.api import ExecutionResult
+from streamdb.runtime.statements.context import ExecContext
+
+_KIND_FOR = {"STREAMS": "stream", "TABLES": "table", "VIEWS": "view", "MATERIALIZED VIEWS": "materialized_view"}
+
+
+async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionResult:
+    rels = sorted(ctx.engine.catalog.snapshot().relations.values(), key=lambda r: r.name)
+    if plan.kind == "ALL":
+        rows = [(r.name, r.kind.replace("_", " ")) for r in rels]
+    else:
+        wanted = _KIND_FOR[plan.kind]
+        chosen = [r for r in rels if r.kind == wanted]
+        if plan.kind == "STREAMS":
+            rows = [(r.name, r.partitions, r.value_format, r.timestamp_column or "ROWTIME (arrival time)")
+                    for r in chosen]
+        elif plan.kind == "TABLES":
+            rows = [(r.name, ", ".join(r.primary_key) or None) for r in chosen]
+        else:
+            rows = [(r.name,) for r in chosen]
+    return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
+
+
+async def execute_create(plan: ShowCreatePlan, ctx: ExecContext) -> ExecutionResult:
+    rel = ctx.engine.catalog.snapshot().get(plan.name)
+    if rel is None:
+        raise UndefinedTable(f'relation "{plan.name}" does not exist')
+    return ExecutionResult("SELECT 1", columns=SHOW_CREATE_COLUMNS, rows=[(rel.name, rel.create_sql)])
+
+
+async def execute_describe(plan: DescribeRelationPlan, ctx: ExecContext) -> ExecutionResult:
+    engine = ctx.engine
+    rel = engine.catalog.snapshot().get(plan.name)
+    if rel is None:
+        raise UndefinedTable(f'relation "{plan.name}" does not exist')
+    rows: list[tuple[str, str | None]] = [("name", rel.name), ("kind", rel.kind.replace("_", " "))]
+    for c in rel.columns:
+        notes = [c.type.name]
+        if c.name in rel.key_columns:
+            notes.append("primary key" if rel.kind == "table" else "key")
+        if not c.nullable:
+            notes.append("not null")
+        if c.default_sql:
+            notes.append(f"default {c.default_sql}")
+        if rel.timestamp_column == c.name:
+            notes.append("event time")
+        rows.append((f"column {c.name}", ", ".join(notes)))
+    if rel.kind == "stream":
+        rows.append(("column rowtime", "timestamp with time zone, pseudo-column (event time)"))
+        rows.append(("event time", rel.timestamp_column or "ROWTIME (arrival time unless given on insert)"))
+        if rel.schemaless:
+            rows.append(("schema", "schemaless JSON (columns are the keys seen so far)"))
+    if rel.kind == "table":
+        rows.append(("primary key", ", ".join(rel.primary_key) or "(none: a multiset)"))
+    rows.append(("format", rel.value_format))
+    rows.append(("partitions", str(rel.partitions)))
+    with engine.storage.snapshot() as snap:
+        count = engine.reader.row_count(rel, snap)
+        offsets = engine.reader.end_offsets(rel, snap)
+    rows.append(("row count", str(count)))
+    rows.append(("log offsets", ", ".join(f"partition {p}: 0..{o}" for p, o in enumerate(offsets))))
+    rows.append(("created", dt.datetime.fromtimestamp(rel.created_at, dt.UTC).isoformat(timespec="seconds")))
+    return ExecutionResult(f"SELECT {len(rows)}", columns=DESCRIBE_COLUMNS, rows=rows)

@@ -1,0 +1,289 @@
+"""Turns inserts, updates and deletes into change batches and state updates, committed atomically.
+
+Streams only append (+1). Tables keep their current rows in a state store keyed
+by primary key (or a generated row id) and log every change: an insert over an
+existing key logs the old row with -1 and the new with +1; a delete logs -1.
+The log batch and the state update are one durable commit, acknowledged only
+after the storage has synced it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import uuid
+import zlib
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import sqlglot
+
+from streamdb import types as T
+from streamdb.catalog import ColumnDef, RelationDef
+from streamdb.errors import NotNullViolation, StreamDBError
+from streamdb.planner.coerce import NotALiteral, coerce, literal_value
+from streamdb.runtime import changes as C
+from streamdb.runtime.reader import state_store
+from streamdb.storage.base import Append, Commit
+
+if TYPE_CHECKING:
+    from streamdb.runtime.engine import Engine
+
+_round_robin = itertools.count()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _default_value(col: ColumnDef) -> Any:
+    if col.default_sql is None:
+        return None
+    text = col.default_sql.strip()
+    if text.lower().rstrip("()") in ("now", "current_timestamp", "localtimestamp", "transaction_timestamp"):
+        return _now()
+    try:
+        return literal_value(sqlglot.parse_one(text, read="postgres"))
+    except (NotALiteral, sqlglot.errors.ParseError):
+        raise StreamDBError(f'default expression "{text}" of column "{col.name}" is not supported',
+                            sqlstate="0A000") from None
+
+
+def _rowtime(value: Any) -> dt.datetime:
+    v = coerce(value, T.TIMESTAMPTZ, "rowtime")
+    if v is None:
+        return _now()
+    return v
+
+
+def _partition(rel: RelationDef, key: bytes | None) -> int:
+    if rel.partitions == 1:
+        return 0
+    if key is None:
+        return next(_round_robin) % rel.partitions
+    return zlib.crc32(key) % rel.partitions
+
+
+def build_rows(rel: RelationDef, names: tuple[str, ...], rows: list[tuple[Any, ...]],
+               rowtime_given: bool) -> tuple[list[tuple[Any, ...]], list[dt.datetime]]:
+    """Full rows in column order (coerced, defaults filled, NOT NULL checked) and their event times."""
+    index = {n: i for i, n in enumerate(names)}
+    full_rows: list[tuple[Any, ...]] = []
+    rowtimes: list[dt.datetime] = []
+    defaults: dict[str, Any] = {}
+    for r in rows:
+        out = []
+        for c in rel.columns:
+            i = index.get(c.name)
+            if i is not None and i < len(r):
+                v = coerce(r[i], c.type, c.name)
+            else:
+                if c.name not in defaults:
+                    defaults[c.name] = _default_value(c)
+                v = coerce(defaults[c.name], c.type, c.name)
+            if v is None and not c.nullable:
+                raise NotNullViolation(
+                    f'null value in column "{c.name}" of relation "{rel.name}" violates not-null constraint')
+            out.append(v)
+        full_rows.append(tuple(out))
+        if rowtime_given and index.get("rowtime") is not None:
+            rowtimes.append(_rowtime(r[index["rowtime"]]))
+        elif rel.timestamp_column is not None:
+            ts = out[[c.name for c in rel.columns].index(rel.timestamp_column)]
+            rowtimes.append(_rowtime(ts) if ts is not None else _now())
+        else:
+            rowtimes.append(_now())
+    return full_rows, rowtimes
+
+
+def _infer_json_type(v: Any) -> T.SqlType | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return T.BOOLEAN
+    if isinstance(v, int):
+        return T.BIGINT
+    if isinstance(v, float) or hasattr(v, "as_tuple"):
+        return T.DOUBLE
+    if isinstance(v, (dict, list)):
+        return T.JSONB
+    if isinstance(v, dt.datetime):
+        return T.TIMESTAMPTZ
+    return T.TEXT
+
+
+def _widen(old: T.SqlType, new: T.SqlType) -> T.SqlType:
+    if old == new:
+        return old
+    if {old, new} == {T.BIGINT, T.DOUBLE}:
+        return T.DOUBLE
+    return T.TEXT
+
+
+def observed_columns(rel: RelationDef, events: list[dict[str, Any]]) -> tuple[ColumnDef, ...]:
+    """A schemaless stream's columns after these events: new keys appended, types widened."""
+    cols = {c.name: c for c in rel.columns}
+    order = [c.name for c in rel.columns]
+    for e in events:
+        for k, v in e.items():
+            t = _infer_json_type(v)
+            if k not in cols:
+                cols[k] = ColumnDef(k, t or T.TEXT)
+                order.append(k)
+            elif t is not None and cols[k].type != t:
+                cols[k] = ColumnDef(k, _widen(cols[k].type, t))
+    return tuple(cols[n] for n in order)
+
+
+def _json_ready(v: Any) -> Any:
+    if isinstance(v, T.SqlType):
+        return str(v)
+    if hasattr(v, "value") and hasattr(v, "type") and not isinstance(v, (dict, list)):
+        return v.value  # a TypedValue from a cast literal
+    return v
+
+
+async def insert_rows(engine: Engine, rel: RelationDef, names: tuple[str, ...], rows: list[tuple[Any, ...]],
+                      rowtime_given: bool) -> int:
+    if not rows:
+        return 0
+    if rel.kind == "stream":
+        return await _insert_stream(engine, rel, names, rows, rowtime_given)
+    full_rows, rowtimes = build_rows(rel, names, rows, False)
+    return await apply_table_changes(engine, rel, upserts=full_rows)
+
+
+async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...], rows: list[tuple[Any, ...]],
+                         rowtime_given: bool) -> int:
+    commit = Commit()
+    if rel.schemaless:
+        events = []
+        rowtimes = []
+        for r in rows:
+            event = {n: _json_ready(v) for n, v in zip(names, r, strict=False) if n != "rowtime"}
+            events.append(event)
+            rt = r[names.index("rowtime")] if rowtime_given else None
+            rowtimes.append(_rowtime(rt) if rt is not None else _now())
+        new_cols = observed_columns(rel, events)
+        if new_cols != rel.columns:
+            async with engine.ddl_lock:
+                current = engine.catalog.snapshot().get(rel.name)
+                if current is None or current.id != rel.id:
+                    raise StreamDBError(f'stream "{rel.name}" was dropped', sqlstate="42P01")
+                updated = current.with_columns(observed_columns(current, events))
+                change, _, snapshot = engine.catalog.plan_change(update=[updated])
+                change.appends.extend(_stream_appends(updated, [(C.dumps_event(e),) for e in events],
+                                                      rowtimes, [None] * len(events)))
+                await engine.storage.commit_async(change)
+                engine.catalog.applied(snapshot)
+            engine.notify_write(rel.id)
+            return len(rows)
+        payload_rows = [(C.dumps_event(e),) for e in events]
+        commit.appends.extend(_stream_appends(rel, payload_rows, rowtimes, [None] * len(events)))
+    else:
+        full_rows, rowtimes = build_rows(rel, names, rows, rowtime_given)
+        keys = None
+        if rel.key_columns:
+            idx = [rel.column_names().index(k) for k in rel.key_columns]
+            keys = [C.key_of(tuple(r[i] for i in idx)) for r in full_rows]
+        commit.appends.extend(_stream_appends(rel, full_rows, rowtimes, keys or [None] * len(full_rows)))
+    await engine.storage.commit_async(commit)
+    engine.notify_write(rel.id)
+    return len(rows)
+
+
+def _stream_appends(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[dt.datetime],
+                    keys: list[bytes | None]) -> list[Append]:
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        by_partition[_partition(rel, k)].append(i)
+    out = []
+    for p, idx in sorted(by_partition.items()):
+        payload = C.encode_batch(rel, [rows[i] for i in idx], [rowtimes[i] for i in idx], [1] * len(idx))
+        out.append(Append(rel.id, p, payload, len(idx)))
+    return out
+
+
+async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
+                              updates: list[tuple[bytes, tuple[Any, ...]]] = (),  # type: ignore[assignment]
+                              deletes: list[bytes] = ()) -> int:  # type: ignore[assignment]
+    """Apply row changes to a table under its write lock; returns the number of rows affected."""
+    store = state_store(rel.id)
+    pk_idx = [rel.column_names().index(k) for k in rel.primary_key]
+
+    def key_for(row: tuple[Any, ...]) -> bytes:
+        return C.key_of(tuple(row[i] for i in pk_idx)) if pk_idx else b"r" + uuid.uuid4().bytes
+
+    async with engine.table_lock(rel.id):
+        now = _now()
+        state: dict[bytes, tuple[Any, ...] | None] = {}  # pending view of the state
+        dirty: set[bytes] = set()
+        snap = engine.storage.snapshot()
+        try:
+            def current(key: bytes) -> tuple[Any, ...] | None:
+                if key in state:
+                    return state[key]
+                raw = snap.get(store, key)
+                state[key] = C.decode_state_row(raw)[0] if raw is not None else None
+                return state[key]
+
+            changes: list[tuple[tuple[Any, ...], int, bytes]] = []  # (row, weight, key)
+            affected = 0
+            for key in deletes:
+                old = current(key)
+                if old is not None:
+                    changes.append((old, -1, key))
+                    state[key] = None
+                    dirty.add(key)
+                    affected += 1
+            moved_away = set()
+            for key, new_row in updates:
+                old = current(key)
+                if old is None:
+                    continue
+                changes.append((old, -1, key))
+                state[key] = None
+                dirty.add(key)
+                moved_away.add(key)
+            for key, new_row in updates:
+                if key not in moved_away:
+                    continue
+                new_key = key_for(new_row) if pk_idx else key
+                if new_key != key and current(new_key) is not None:
+                    raise StreamDBError(
+                        f'duplicate key value violates unique constraint "{rel.name}_pkey"', sqlstate="23505",
+                        detail="Key (" + ", ".join(rel.primary_key) + ") already exists.")
+                changes.append((new_row, 1, new_key))
+                state[new_key] = new_row
+                dirty.add(new_key)
+                affected += 1
+            for row in upserts:
+                key = key_for(row)
+                old = current(key)
+                if old is not None:
+                    changes.append((old, -1, key))
+                changes.append((row, 1, key))
+                state[key] = row
+                dirty.add(key)
+                affected += 1
+        finally:
+            snap.close()
+        if not changes:
+            return affected
+        commit = Commit()
+        by_partition: dict[int, list[tuple[tuple[Any, ...], int, bytes]]] = defaultdict(list)
+        for ch in changes:
+            by_partition[_partition(rel, ch[2]) if rel.partitions > 1 else 0].append(ch)
+        for p, chs in sorted(by_partition.items()):
+            payload = C.encode_batch(rel, [c[0] for c in chs], [now] * len(chs), [c[1] for c in chs],
+                                     [c[2] for c in chs])
+            commit.appends.append(Append(rel.id, p, payload, len(chs)))
+        for key in dirty:
+            row = state[key]
+            if row is None:
+                commit.deletes.append((store, key))
+            else:
+                commit.puts.append((store, key, C.encode_state_row(row, now)))
+        await engine.storage.commit_async(commit)
+    engine.notify_write(rel.id)
+    return affected

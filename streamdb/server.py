@@ -1,0 +1,38 @@
+"""`streamdb serve`: the engine plus the wire server, with clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from streamdb.config import Settings
+from streamdb.runtime.engine import Engine
+
+log = logging.getLogger("streamdb")
+
+SHUTDOWN_GRACE_SECONDS = 20
+
+
+async def run_server(settings: Settings, install_signals: tuple[signal.Signals, ...] = ()) -> int:
+    from streamdb.wire.server import WireServer
+
+    engine = Engine(settings)
+    wire = WireServer(engine, settings.host, settings.port, max_connections=settings.max_connections)
+    await wire.start()
+    engine.start()
+    log.info("StreamDB listening on %s:%d (data in %s, Spark master %s)", settings.host, wire.port,
+             settings.data_dir, settings.spark_master)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in install_signals:
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    try:
+        await asyncio.wait_for(wire.close(), timeout=SHUTDOWN_GRACE_SECONDS)
+    except TimeoutError:
+        log.warning("connections did not close in time")
+    await asyncio.to_thread(engine.close)
+    log.info("stopped")
+    return 0

@@ -1,0 +1,165 @@
+"""Text -> statements. The only place SQL text becomes syntax trees.
+
+parse_statements() splits a simple-query string into its statements and parses each with the
+StreamDB dialect; every syntax error becomes SyntaxErrorSQL with a Postgres-style message and
+the 1-based position of the offending token in the whole text, as Postgres reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from streamdb.errors import SyntaxErrorSQL
+from streamdb.sql import ast
+from streamdb.sql.dialect import BlamedParseError, StreamDB
+
+_DIALECT = StreamDB()
+
+# What a statement may parse into. sqlglot also accepts a bare expression (`1 + 2`, `FOO BAR`
+# as an aliased column) or other dialects' statements (USE db); Postgres rejects those at their
+# first token, and so do we.
+STATEMENT_TYPES: tuple[type[exp.Expr], ...] = (
+    exp.Query,
+    exp.Values,
+    exp.Create,
+    exp.Drop,
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Alter,
+    exp.TruncateTable,
+    exp.Comment,
+    exp.Grant,
+    exp.Revoke,
+    ast.CreateStream,
+    ast.ShowObjects,
+    ast.ShowCreate,
+    ast.ShowVariable,
+    ast.SetVariable,
+    ast.DescribeRelation,
+    ast.ExplainStatement,
+    ast.Flush,
+    ast.SelectStream,
+    ast.EmitChanges,
+    ast.TransactionControl,
+    ast.Discard,
+    ast.Deallocate,
+    ast.CopyStatement,
+)
+
+
+class _DropUnsupportedSyntaxWarnings(logging.Filter):
+    """sqlglot logs 'contains unsupported syntax' before falling back to exp.Command; the
+    dialect turns those fallbacks into syntax errors, so the warning is only noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "unsupported syntax" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_DropUnsupportedSyntaxWarnings())
+
+
+@dataclass(frozen=True)
+class ParsedStatement:
+    ast: exp.Expression
+    sql: str  # the statement's own text, from its first token to its last (no semicolon)
+    offset: int  # 0-based index of sql in the full text
+
+
+def parse_statements(text: str) -> list[ParsedStatement]:
+    """Splits `text` on top-level semicolons and parses each statement. Empty statements
+    (";;", only comments) are dropped. Raises SyntaxErrorSQL."""
+    tokens = _tokenize(text)
+    statements = []
+    chunk: list[Token] = []
+    for token in [*tokens, None]:
+        if token is not None and token.token_type != TokenType.SEMICOLON:
+            chunk.append(token)
+            continue
+        if chunk:
+            statements.append(_parse_one(text, chunk, terminator=token))
+        chunk = []
+    return statements
+
+
+def parse_one(text: str) -> exp.Expression:
+    """Exactly one statement (for callers that hold a single statement's text)."""
+    statements = parse_statements(text)
+    if len(statements) != 1:
+        raise SyntaxErrorSQL(f"expected one statement, got {len(statements)}")
+    return statements[0].ast
+
+
+def generate(ast: exp.Expr) -> str:
+    """The StreamDB dialect's SQL for a syntax tree."""
+    return _DIALECT.generate(ast)
+
+
+def _tokenize(text: str) -> list[Token]:
+    tokenizer = _DIALECT.tokenizer()
+    try:
+        return tokenizer.tokenize(text)
+    except TokenError as error:
+        start = _failed_token_start(text, error, tokenizer.tokens)
+        rest = text[start:]
+        if rest.startswith("/*"):
+            message = "unterminated /* comment"
+        elif rest[:1] == '"':
+            message = "unterminated quoted identifier"
+        elif rest[:1] == "$":
+            message = "unterminated dollar-quoted string"
+        elif rest[:1] == "'" or rest[:2].lower() in ("e'", "b'", "x'", "u&"):
+            message = "unterminated quoted string"
+        else:
+            message = "syntax error"
+        raise SyntaxErrorSQL(f'{message} at or near "{rest}"', position=start + 1) from None
+
+
+def _failed_token_start(text: str, error: TokenError, tokens: list[Token]) -> int:
+    """0-based start of the token the tokenizer could not finish."""
+    # An unterminated quote reports "Missing ' from <line>:<offset>".
+    found = _MISSING_DELIMITER.search(str(error.__cause__ or error))
+    if found:
+        return min(int(found.group(1)), max(len(text) - 1, 0))
+    # Otherwise (e.g. an unterminated comment) it failed at the first thing after the last token.
+    after = tokens[-1].end + 1 if tokens else 0
+    return after + len(text[after:]) - len(text[after:].lstrip())
+
+
+_MISSING_DELIMITER = re.compile(r"Missing .+ from \d+:(\d+)")
+
+
+def _parse_one(text: str, chunk: list[Token], terminator: Token | None) -> ParsedStatement:
+    parser = StreamDB.Parser(error_level=ErrorLevel.IMMEDIATE, dialect=_DIALECT)
+    parser.strict_statements = True
+    try:
+        trees = parser.parse(chunk, text)
+    except BlamedParseError as error:
+        raise _syntax_error(text, error.token, terminator) from None
+    except ParseError:
+        # Raised without going through raise_error: blame where the parser stopped.
+        raise _syntax_error(text, parser._curr or None, terminator) from None
+    tree = trees[0] if len(trees) == 1 else None
+    if not isinstance(tree, exp.Expression) or not isinstance(tree, STATEMENT_TYPES):
+        raise _syntax_error(text, chunk[0], terminator)
+    if tree.find(exp.Command) is not None:  # the dialect refuses these; belt and braces
+        raise _syntax_error(text, chunk[0], terminator)
+    start, end = chunk[0].start, chunk[-1].end + 1
+    return ParsedStatement(ast=tree, sql=text[start:end], offset=start)
+
+
+def _syntax_error(text: str, token: Token | None, terminator: Token | None) -> SyntaxErrorSQL:
+    # Postgres parses the whole string at once, so running out of tokens inside a statement
+    # that a semicolon ends is an error "at or near ;", and only the last one hits end of input.
+    token = token or terminator
+    if token is None:
+        return SyntaxErrorSQL("syntax error at end of input", position=len(text) + 1)
+    near = text[token.start : token.end + 1]
+    return SyntaxErrorSQL(f'syntax error at or near "{near}"', position=token.start + 1)

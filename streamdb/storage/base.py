@@ -1,0 +1,147 @@
+"""The storage interface: a bytes-level log of change batches plus key/value stores.
+
+Every relation is a collection of changes. The storage layer keeps, per
+(relation, partition), an append-only log of *batches*: each batch is one opaque
+payload (the runtime encodes it as Arrow IPC) holding ``count`` change records
+that take the consecutive offsets ``[first, first + count)``. Next to the log it
+keeps free-form key/value *stores* ("catalog", "meta", "state:<relation id>", ...)
+for table state and metadata. Storage never looks inside payloads, keys or values.
+
+One ``Commit`` groups appends, puts, deletes and relation drops; it is applied
+atomically and durably (all or nothing, fsync'd before ``commit`` returns).
+Offsets and the storage-wide commit sequence number are assigned by storage at
+commit time. Readers use ``Snapshot``: a consistent point-in-time view that sees
+either all of a commit or none of it.
+
+Nothing here is specific to RocksDB: a Kafka-backed log implements the same
+interface.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+
+
+@dataclass(frozen=True)
+class Append:
+    """One encoded batch of ``count`` change records appended to a partition's log."""
+
+    relation_id: int
+    partition: int
+    payload: bytes  # one encoded batch of `count` change records
+    count: int  # records in the batch; they take offsets [first, first+count)
+
+
+@dataclass
+class Commit:
+    """Everything applied atomically by one ``Storage.commit`` call.
+
+    Within one commit the operations are applied in this order: ``drop_relations``
+    first, then ``appends``, then ``puts``, then ``deletes`` (each list in order).
+    So a key both put and deleted in the same commit ends up deleted, and appends
+    to a relation dropped in the same commit start again at offset 0.
+    """
+
+    appends: list[Append] = field(default_factory=list)
+    puts: list[tuple[str, bytes, bytes]] = field(default_factory=list)  # (store, key, value)
+    deletes: list[tuple[str, bytes]] = field(default_factory=list)  # (store, key)
+    # delete every batch of these relations (all partitions) and store "state:<id>"
+    drop_relations: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    first_offsets: list[int]  # first offset assigned to each Append, same order
+    sequence: int  # monotonically increasing commit sequence number (storage-wide)
+
+
+def state_store(relation_id: int) -> str:
+    """Name of the store holding the state of a relation (dropped with it)."""
+    return f"state:{relation_id}"
+
+
+class Snapshot(ABC):
+    """A consistent point-in-time read view; use as a context manager or close()."""
+
+    @abstractmethod
+    def read(
+        self, relation_id: int, partition: int, start: int = 0, end: int | None = None
+    ) -> Iterator[tuple[int, int, bytes]]:
+        """(first_offset, count, payload) of every batch overlapping [start, end), in offset order.
+
+        The first batch may begin before ``start`` and the last may end after
+        ``end``: batches are never split, the caller skips the records it does not
+        want.
+        """
+
+    @abstractmethod
+    def end_offset(self, relation_id: int, partition: int) -> int:
+        """Next offset to be assigned as of this snapshot (0 if the partition is empty)."""
+
+    @abstractmethod
+    def get(self, store: str, key: bytes) -> bytes | None:
+        """Value of ``key`` in ``store``, or None."""
+
+    @abstractmethod
+    def scan(self, store: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every key of ``store`` starting with ``prefix``, in key order.
+
+        Keys are returned without the store prefix.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the view. Idempotent; reads after close raise."""
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Storage(ABC):
+    """Durable, atomic, group-committed storage for logs and key/value stores."""
+
+    @abstractmethod
+    def commit(self, commit: Commit) -> CommitResult:
+        """Apply ``commit`` atomically; return once it is durable (fsync'd). Thread-safe.
+
+        Raises streamdb.errors.DiskFull when the disk is full, InternalError on other
+        I/O errors (nothing is then assigned), ObjectNotInPrerequisiteState once closed.
+        """
+
+    @abstractmethod
+    async def commit_async(self, commit: Commit) -> CommitResult:
+        """Same as ``commit`` without blocking the event loop."""
+
+    @abstractmethod
+    def snapshot(self) -> Snapshot:
+        """A consistent read view of every commit acknowledged so far."""
+
+    @abstractmethod
+    def last_sequence(self) -> int:
+        """Sequence number of the last durable commit (0 if none)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish queued commits, stop background work, release files. Idempotent."""
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

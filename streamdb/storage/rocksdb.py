@@ -1,0 +1,611 @@
+"""RocksDB implementation of the storage interface (via rocksdict, raw bytes mode).
+
+Key layout (one keyspace, the first byte says what a key is; integers are
+big-endian and fixed-width so byte order is numeric order):
+
+    b"L" | relation u64 | partition u32 | first_offset u64 | count u64  -> payload
+    b"S" | store name (UTF-8, no NUL) | 0x00 | key                      -> value
+    b"M" | name                                                        -> internal metadata
+
+Log keys of one partition sort by first offset, so reading from an offset is one
+seek, and the next offset of a partition is the last key of the partition
+(``first + count``), found with one ``seek_for_prev``. The NUL after a store name
+keeps "state:1" and "state:17" apart. ``M"sequence"`` holds the last commit
+sequence number and is written in the same WriteBatch as the commit.
+
+Writes go through a single writer thread (group commit): callers enqueue their
+Commit and wait; the writer drains everything queued, assigns offsets and
+sequence numbers in queue order, writes ONE WriteBatch with sync=True and then
+acknowledges every caller. A failed write fails every caller of the group and
+assigns nothing.
+
+Snapshots are RocksDB iterators: an iterator reads from an implicit RocksDB
+snapshot taken when it is created, so every read of a Snapshot (which reuses
+that one iterator) sees the same point in time. (rocksdict 0.3.29's
+``Snapshot.iter()`` does not apply the snapshot to the iterator it returns, so
+``db.snapshot()`` cannot be used for range reads.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import queue
+import struct
+import threading
+import weakref
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompressionType,
+    DBRecoveryMode,
+    Options,
+    Rdict,
+    RdictIter,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+from streamdb.errors import (
+    ConfigurationError,
+    DiskFull,
+    InternalError,
+    ObjectNotInPrerequisiteState,
+    StreamDBError,
+)
+from streamdb.storage.base import Append, Commit, CommitResult, Snapshot, Storage, state_store
+
+# ---------------------------------------------------------------------------------------------
+# Key layout
+
+LOG = b"L"
+STORE = b"S"
+META = b"M"
+META_SEQUENCE = META + b"sequence"
+META_FORMAT = META + b"format"
+FORMAT_VERSION = 1
+
+_U64 = struct.Struct(">Q")
+_REL_PART = struct.Struct(">QI")
+_BATCH = struct.Struct(">QIQQ")  # relation, partition, first offset, count (after the b"L")
+_MAX_U32 = 0xFFFF_FFFF
+_MAX_U63 = (1 << 63) - 1
+_LAST_IN_PARTITION = b"\xff" * 16  # larger than any (first, count) suffix
+
+
+def log_prefix(relation_id: int) -> bytes:
+    return LOG + _U64.pack(relation_id)
+
+
+def partition_prefix(relation_id: int, partition: int) -> bytes:
+    return LOG + _REL_PART.pack(relation_id, partition)
+
+
+def partition_upper(relation_id: int, partition: int) -> bytes:
+    """First key after every batch key of the partition."""
+    if partition == _MAX_U32:
+        return log_prefix(relation_id + 1)
+    return partition_prefix(relation_id, partition + 1)
+
+
+def batch_key(relation_id: int, partition: int, first: int, count: int) -> bytes:
+    return LOG + _BATCH.pack(relation_id, partition, first, count)
+
+
+def parse_batch_key(key: bytes) -> tuple[int, int, int, int]:
+    """(relation, partition, first offset, count) of a log key."""
+    rel, part, first, count = _BATCH.unpack_from(key, 1)
+    return rel, part, first, count
+
+
+def store_prefix(store: str) -> bytes:
+    return STORE + store.encode() + b"\x00"
+
+
+def store_key(store: str, key: bytes) -> bytes:
+    return store_prefix(store) + key
+
+
+def prefix_upper(prefix: bytes) -> bytes:
+    """Smallest key greater than every key starting with ``prefix`` (prefix must not be all 0xff)."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def storage_error(exc: BaseException, action: str) -> StreamDBError:
+    """Map an exception from RocksDB (or the OS) to the client-facing error."""
+    message = str(exc) or type(exc).__name__
+    enospc = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if enospc or "No space left" in message or "Disk quota exceeded" in message:
+        err: StreamDBError = DiskFull(f"could not {action}: disk full", detail=message)
+    else:
+        err = InternalError(f"could not {action}: {message}")
+    err.__cause__ = exc
+    return err
+
+
+@contextmanager
+def _reading(action: str) -> Iterator[None]:
+    """Map errors raised by RocksDB reads to client-facing errors."""
+    try:
+        yield
+    except StreamDBError:
+        raise
+    except Exception as exc:
+        raise storage_error(exc, action) from exc
+
+
+def _check_int(value: Any, what: str, low: int, high: int) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise InternalError(f"storage: {what} must be an integer in [{low}, {high}], got {value!r}")
+
+
+def _check_store(store: Any) -> None:
+    if not isinstance(store, str) or not store or "\x00" in store:
+        raise InternalError(f"storage: invalid store name {store!r}")
+
+
+def _check_bytes(value: Any, what: str) -> None:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise InternalError(f"storage: {what} must be bytes, got {type(value).__name__}")
+
+
+def validate_commit(commit: Commit) -> None:
+    """Reject malformed commits in the caller's thread, so they never fail a whole group."""
+    if not isinstance(commit, Commit):
+        raise InternalError(f"storage: expected a Commit, got {type(commit).__name__}")
+    for a in commit.appends:
+        if not isinstance(a, Append):
+            raise InternalError(f"storage: expected an Append, got {type(a).__name__}")
+        _check_int(a.relation_id, "relation id", 0, _MAX_U63 - 1)
+        _check_int(a.partition, "partition", 0, _MAX_U32)
+        _check_int(a.count, "batch record count", 1, _MAX_U63)
+        _check_bytes(a.payload, "payload")
+    for store, key, value in commit.puts:
+        _check_store(store)
+        _check_bytes(key, "key")
+        _check_bytes(value, "value")
+    for store, key in commit.deletes:
+        _check_store(store)
+        _check_bytes(key, "key")
+    for rel in commit.drop_relations:
+        _check_int(rel, "relation id", 0, _MAX_U63 - 1)
+
+
+def _b(value: bytes | bytearray | memoryview) -> bytes:
+    return value if type(value) is bytes else bytes(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+
+
+@dataclass
+class _Pending:
+    commit: Commit
+    future: Future[CommitResult]
+    size: int
+
+
+_STOP = object()
+
+
+def _commit_size(commit: Commit) -> int:
+    return (
+        sum(len(a.payload) for a in commit.appends)
+        + sum(len(k) + len(v) for _, k, v in commit.puts)
+        + 64 * (len(commit.appends) + len(commit.puts) + len(commit.deletes))
+    )
+
+
+def _compression(name: str) -> DBCompressionType:
+    kinds = {
+        "none": DBCompressionType.none,
+        "snappy": DBCompressionType.snappy,
+        "lz4": DBCompressionType.lz4,
+        "zstd": DBCompressionType.zstd,
+    }
+    if name not in kinds:
+        raise ConfigurationError(f"unknown storage compression {name!r} (use one of {', '.join(kinds)})")
+    return kinds[name]()
+
+
+class RocksDBStorage(Storage):
+    """Storage in one RocksDB database directory. One process may open it read-write."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        sync: bool = True,
+        write_buffer_size: int = 64 << 20,
+        block_cache_size: int = 128 << 20,
+        compression: str = "lz4",
+        max_group_commits: int = 1024,
+        max_group_bytes: int = 64 << 20,
+    ) -> None:
+        """Open (creating if missing) the database at ``path``.
+
+        ``sync=False`` skips the fsync (tests and benchmarks only: commits are then
+        not durable across an OS crash). Groups hold at most ``max_group_commits``
+        commits and stop growing past ``max_group_bytes``.
+        """
+        self.path = path
+        self._sync = sync
+        self._max_group_commits = max(1, max_group_commits)
+        self._max_group_bytes = max(1, max_group_bytes)
+        self._options = self._make_options(write_buffer_size, block_cache_size, compression)
+        try:
+            os.makedirs(path, exist_ok=True)
+            self._db = Rdict(path, self._options)
+        except Exception as exc:
+            message = str(exc)
+            if "/LOCK" in message:
+                raise ConfigurationError(
+                    f"storage directory {path} is in use by another process", detail=message
+                ) from exc
+            raise storage_error(exc, f"open storage at {path}") from exc
+        self._write_options = WriteOptions()
+        self._write_options.sync = sync
+
+        # Writer-owned state; other threads only read the ints (atomic in CPython).
+        self._next_offsets: dict[int, dict[int, int]] = {}
+        self._sequence = 0
+        self.groups_written = 0
+        self.commits_written = 0
+        try:
+            self._check_format()
+            self._sequence = self._recover_sequence()
+            self._next_offsets = self._recover_next_offsets()
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, StreamDBError) or not isinstance(exc, Exception):
+                raise
+            raise storage_error(exc, f"open storage at {path}") from exc
+
+        self._lock = threading.Lock()  # guards _closed, enqueueing and _snapshots
+        self._close_lock = threading.Lock()
+        self._closed = False
+        self._snapshots: weakref.WeakSet[RocksDBSnapshot] = weakref.WeakSet()
+        self._queue: queue.SimpleQueue[_Pending | object] = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._run_writer, name=f"storage-writer:{path}", daemon=True)
+        self._writer.start()
+
+    # -- options and recovery --------------------------------------------------------------
+
+    @staticmethod
+    def _make_options(write_buffer_size: int, block_cache_size: int, compression: str) -> Options:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.increase_parallelism(max(2, os.cpu_count() or 2))
+        opts.set_max_background_jobs(4)
+        # Append-heavy: big memtables, few large L0 files, level compaction.
+        opts.set_write_buffer_size(write_buffer_size)
+        opts.set_max_write_buffer_number(4)
+        opts.set_target_file_size_base(64 << 20)
+        opts.set_max_bytes_for_level_base(256 << 20)
+        opts.set_level_compaction_dynamic_level_bytes(True)
+        opts.set_compression_type(_compression(compression))
+        opts.set_bottommost_compression_type(
+            DBCompressionType.zstd() if compression != "none" else DBCompressionType.none()
+        )
+        opts.set_bytes_per_sync(1 << 20)
+        opts.set_wal_recovery_mode(DBRecoveryMode.point_in_time())
+        opts.set_keep_log_file_num(5)
+        table = BlockBasedOptions()
+        table.set_block_size(32 << 10)
+        table.set_block_cache(Cache(block_cache_size))
+        table.set_format_version(5)
+        opts.set_block_based_table_factory(table)
+        return opts
+
+    def _check_format(self) -> None:
+        raw = self._db.get(META_FORMAT)
+        if raw is None:
+            wb = WriteBatch(raw_mode=True)
+            wb.put(META_FORMAT, _U64.pack(FORMAT_VERSION))
+            self._write_batch(wb)
+            return
+        version = _U64.unpack(raw)[0]
+        if version != FORMAT_VERSION:
+            raise ConfigurationError(
+                f"storage at {self.path} has format version {version}; this server reads {FORMAT_VERSION}"
+            )
+
+    def _recover_sequence(self) -> int:
+        raw = self._db.get(META_SEQUENCE)
+        return 0 if raw is None else int(_U64.unpack(raw)[0])
+
+    def _recover_next_offsets(self) -> dict[int, dict[int, int]]:
+        """Next offset of every partition: one seek to its last batch, one seek to skip it."""
+        offsets: dict[int, dict[int, int]] = {}
+        it = self._db.iter()
+        try:
+            it.seek(LOG)
+            while it.valid():
+                key = it.key()
+                if not key.startswith(LOG):
+                    break
+                rel, part, _, _ = parse_batch_key(key)
+                it.seek_for_prev(partition_prefix(rel, part) + _LAST_IN_PARTITION)
+                _, _, first, count = parse_batch_key(it.key())
+                offsets.setdefault(rel, {})[part] = first + count
+                it.seek(partition_upper(rel, part))
+            it.status()
+        except StreamDBError:
+            raise
+        except Exception as exc:
+            raise storage_error(exc, "recover log offsets") from exc
+        finally:
+            del it
+        return offsets
+
+    # -- public API ------------------------------------------------------------------------
+
+    def commit(self, commit: Commit) -> CommitResult:
+        return self._submit(commit).result()
+
+    async def commit_async(self, commit: Commit) -> CommitResult:
+        # Cancelling the awaiting task withdraws the commit if the writer has not taken it yet;
+        # once taken it completes regardless.
+        return await asyncio.wrap_future(self._submit(commit))
+
+    def snapshot(self) -> RocksDBSnapshot:
+        with self._lock:
+            if self._closed:
+                raise ObjectNotInPrerequisiteState("storage is closed")
+            try:
+                it = self._db.iter(ReadOptions())
+            except Exception as exc:
+                raise storage_error(exc, "take a snapshot") from exc
+            snap = RocksDBSnapshot(it)
+            self._snapshots.add(snap)
+            return snap
+
+    def last_sequence(self) -> int:
+        return self._sequence
+
+    def end_offset(self, relation_id: int, partition: int) -> int:
+        """Next offset to be assigned to the partition (latest, not a snapshot)."""
+        return self._next_offsets.get(relation_id, {}).get(partition, 0)
+
+    def close(self) -> None:
+        with self._close_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                self._queue.put(_STOP)  # after every commit enqueued before close
+            self._writer.join()
+            with self._lock:
+                snapshots = list(self._snapshots)
+                self._snapshots.clear()
+            for snap in snapshots:
+                snap.close()
+            try:
+                self._db.close()
+            except Exception as exc:
+                raise storage_error(exc, "close storage") from exc
+
+    # -- group commit ------------------------------------------------------------------------
+
+    def _submit(self, commit: Commit) -> Future[CommitResult]:
+        validate_commit(commit)
+        future: Future[CommitResult] = Future()
+        pending = _Pending(commit, future, _commit_size(commit))
+        with self._lock:
+            if self._closed:
+                raise ObjectNotInPrerequisiteState("storage is closed")
+            self._queue.put(pending)
+        return future
+
+    def _run_writer(self) -> None:
+        stop = False
+        while not stop:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            assert isinstance(item, _Pending)
+            group = [item]
+            size = item.size
+            while len(group) < self._max_group_commits and size < self._max_group_bytes:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                assert isinstance(item, _Pending)
+                group.append(item)
+                size += item.size
+            # Withdrawn (cancelled) commits are skipped; the rest can no longer be cancelled.
+            group = [p for p in group if p.future.set_running_or_notify_cancel()]
+            if group:
+                self._write_group(group)
+
+    def _write_group(self, group: list[_Pending]) -> None:
+        try:
+            wb = WriteBatch(raw_mode=True)
+            pending_next: dict[tuple[int, int], int] = {}
+            dropped: set[int] = set()
+            sequence = self._sequence
+            results: list[CommitResult] = []
+            for p in group:
+                c = p.commit
+                sequence += 1
+                for rel in c.drop_relations:
+                    wb.delete_range(log_prefix(rel), log_prefix(rel + 1))
+                    prefix = store_prefix(state_store(rel))
+                    wb.delete_range(prefix, prefix_upper(prefix))
+                    dropped.add(rel)
+                    for stale in [k for k in pending_next if k[0] == rel]:
+                        del pending_next[stale]
+                firsts: list[int] = []
+                for a in c.appends:
+                    pk = (a.relation_id, a.partition)
+                    first = pending_next.get(pk)
+                    if first is None:
+                        first = 0 if a.relation_id in dropped else self.end_offset(*pk)
+                    wb.put(batch_key(a.relation_id, a.partition, first, a.count), _b(a.payload))
+                    pending_next[pk] = first + a.count
+                    firsts.append(first)
+                for store, key, value in c.puts:
+                    wb.put(store_key(store, _b(key)), _b(value))
+                for store, key in c.deletes:
+                    wb.delete(store_key(store, _b(key)))
+                results.append(CommitResult(firsts, sequence))
+            wb.put(META_SEQUENCE, _U64.pack(sequence))
+            self._write_batch(wb)
+        except BaseException as exc:
+            # Nothing was assigned: offsets and sequence stay where they were.
+            for p in group:
+                p.future.set_exception(storage_error(exc, "commit"))
+            return
+        # Durable: publish the new offsets, then acknowledge.
+        for rel in dropped:
+            self._next_offsets.pop(rel, None)
+        for (rel, part), nxt in pending_next.items():
+            self._next_offsets.setdefault(rel, {})[part] = nxt
+        self._sequence = sequence
+        self.groups_written += 1
+        self.commits_written += len(group)
+        for p, result in zip(group, results, strict=True):
+            p.future.set_result(result)
+
+    def _write_batch(self, wb: WriteBatch) -> None:
+        """The single durable write (a seam for fault-injection tests)."""
+        self._db.write(wb, self._write_options)
+
+
+class RocksDBSnapshot(Snapshot):
+    """A point-in-time view: one RocksDB iterator (implicit snapshot) shared by all reads.
+
+    Reads are thread-safe; several generators may be open at once (each re-seeks to
+    its own position when another read moved the shared iterator). An open
+    snapshot pins memtables and SST files: keep it short-lived and close it.
+    """
+
+    def __init__(self, it: RdictIter) -> None:
+        self._it: RdictIter | None = it
+        self._lock = threading.Lock()
+        self._owner: object | None = None  # which reader the iterator is positioned for
+
+    def _iter(self) -> RdictIter:
+        if self._it is None:
+            raise ObjectNotInPrerequisiteState("snapshot is closed")
+        return self._it
+
+    def read(
+        self, relation_id: int, partition: int, start: int = 0, end: int | None = None
+    ) -> Iterator[tuple[int, int, bytes]]:
+        prefix = partition_prefix(relation_id, partition)
+        if end is not None and end <= start:
+            return
+        token = object()
+        last_key: bytes | None = None
+        while True:
+            with self._lock, _reading("read the log"):
+                it = self._iter()
+                if last_key is None:
+                    # The batch containing `start`, if any, else the first batch after it.
+                    it.seek_for_prev(prefix + _U64.pack(start) + b"\xff" * 8)
+                    if not self._overlaps(it, prefix, start):
+                        it.seek(prefix + _U64.pack(start))
+                elif self._owner is token:
+                    it.next()
+                else:
+                    it.seek(last_key)  # the view is immutable: last_key is still there
+                    it.next()
+                self._owner = token
+                if not it.valid():
+                    it.status()
+                    return
+                key = it.key()
+                if not key.startswith(prefix):
+                    return
+                _, _, first, count = parse_batch_key(key)
+                if end is not None and first >= end:
+                    return
+                payload = it.value()
+                last_key = key
+            yield first, count, payload
+
+    @staticmethod
+    def _overlaps(it: RdictIter, prefix: bytes, start: int) -> bool:
+        """Whether the iterator is on a batch of the partition that ends after ``start``."""
+        if not it.valid():
+            return False
+        key = it.key()
+        if not key.startswith(prefix):
+            return False
+        _, _, first, count = parse_batch_key(key)
+        return first + count > start
+
+    def end_offset(self, relation_id: int, partition: int) -> int:
+        prefix = partition_prefix(relation_id, partition)
+        with self._lock, _reading("read the log"):
+            it = self._iter()
+            self._owner = None
+            it.seek_for_prev(prefix + _LAST_IN_PARTITION)
+            if it.valid() and it.key().startswith(prefix):
+                _, _, first, count = parse_batch_key(it.key())
+                return first + count
+            it.status()
+            return 0
+
+    def get(self, store: str, key: bytes) -> bytes | None:
+        _check_store(store)
+        full = store_key(store, key)
+        with self._lock, _reading(f"read store {store}"):
+            it = self._iter()
+            self._owner = None
+            it.seek(full)
+            if it.valid() and it.key() == full:
+                value: bytes = it.value()
+                return value
+            it.status()
+            return None
+
+    def scan(self, store: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        _check_store(store)
+        sp = store_prefix(store)
+        full = sp + prefix
+        token = object()
+        last_key: bytes | None = None
+        while True:
+            with self._lock, _reading(f"scan store {store}"):
+                it = self._iter()
+                if last_key is None:
+                    it.seek(full)
+                elif self._owner is token:
+                    it.next()
+                else:
+                    it.seek(last_key)
+                    it.next()
+                self._owner = token
+                if not it.valid():
+                    it.status()
+                    return
+                key = it.key()
+                if not key.startswith(full):
+                    return
+                value = it.value()
+                last_key = key
+            yield key[len(sp) :], value
+
+    def close(self) -> None:
+        with self._lock:
+            self._it = None  # releases the iterator and its implicit snapshot

@@ -1,0 +1,247 @@
+"""End to end through the wire protocol against a real `streamdb serve` (real Spark in local mode)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+
+def rows(conn: psycopg.Connection, sql: str, params=None) -> list[tuple]:
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def test_schemaless_stream_from_the_tour(conn, unique):
+    s = f"demo_{unique}"
+    conn.execute(f'CREATE STREAM {s} WITH (FORMAT = "JSON")')
+    conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (22, 80)")
+    conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (25, 65), (19, 91)")
+    conn.execute(f"INSERT INTO {s} (temperature) VALUES (30)")
+    assert rows(conn, f"SELECT * FROM {s} WHERE humidity > 70 ORDER BY temperature") == [(19, 91), (22, 80)]
+    assert rows(conn, f"SELECT temperature, humidity FROM {s} WHERE humidity IS NULL") == [(30, None)]
+    assert rows(conn, f"SELECT count(*), sum(temperature) FROM {s}")[0][0] == 4
+
+
+def test_typed_stream_rowtime_and_aggregates(conn, unique):
+    s = f"clicks_{unique}"
+    conn.execute(f"CREATE STREAM {s} (user_id TEXT KEY, page TEXT, ms INT) WITH (partitions = 2)")
+    conn.execute(f"INSERT INTO {s} (ROWTIME, user_id, page, ms) VALUES (1510923225000, 'ann', '/home', 120)")
+    conn.execute(f"INSERT INTO {s} (ROWTIME, user_id, page, ms) VALUES "
+                 f"('2024-01-02 03:04:05+00', 'bob', '/cart', 340), (1510923226000, 'ann', '/cart', 95)")
+    assert rows(conn, f"SELECT user_id, count(*) AS views, sum(ms) FROM {s} GROUP BY user_id ORDER BY user_id") \
+        == [("ann", 2, 215), ("bob", 1, 340)]
+    got = rows(conn, f"SELECT ROWTIME, page FROM {s} WHERE user_id = 'ann' ORDER BY ROWTIME")
+    assert got == [(dt.datetime(2017, 11, 17, 12, 53, 45, tzinfo=dt.UTC), "/home"),
+                   (dt.datetime(2017, 11, 17, 12, 53, 46, tzinfo=dt.UTC), "/cart")]
+    # `*` does not include the pseudo-column.
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {s} LIMIT 1")
+        assert [d.name for d in cur.description] == ["user_id", "page", "ms"]
+    assert rows(conn, f"SELECT ROWTIME FROM {s} WHERE user_id = 'bob'") == [
+        (dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),)]
+
+
+def test_event_time_column(conn, unique):
+    s = f"readings_{unique}"
+    conn.execute(f"CREATE STREAM {s} (sensor TEXT, ts TIMESTAMPTZ, v DOUBLE PRECISION) WITH (timestamp = 'ts')")
+    conn.execute(f"INSERT INTO {s} VALUES ('a', '2025-05-05 10:00:00+00', 1.5)")
+    assert rows(conn, f"SELECT ROWTIME = ts, v FROM {s}") == [(True, 1.5)]
+
+
+def test_keyed_table_insert_replace_update_delete(conn, unique):
+    t = f"users_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT NOT NULL, plan TEXT, credit NUMERIC)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'ann', 'free', 1.5), (2, 'bob', 'pro', 2), (3, 'cy', 'free', NULL)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'ann', 'pro', 10.25)")  # replaces row 1
+    cur = conn.execute(f"UPDATE {t} SET plan = 'team', credit = credit + 1 WHERE id = 2")
+    assert cur.rowcount == 1
+    cur = conn.execute(f"DELETE FROM {t} WHERE plan = 'free'")
+    assert cur.rowcount == 1
+    assert rows(conn, f"SELECT id, name, plan, credit FROM {t} ORDER BY id") == [
+        (1, "ann", "pro", Decimal("10.25")), (2, "bob", "team", Decimal("3"))]
+    # The changelog: inserts, the replacement as delete + insert, the update, the delete.
+    changes = rows(conn, f"SELECT STREAM op, id, plan FROM {t}")
+    assert sorted(changes) == sorted([
+        ("insert", 1, "free"), ("insert", 2, "pro"), ("insert", 3, "free"),
+        ("delete", 1, "free"), ("insert", 1, "pro"),
+        ("delete", 2, "pro"), ("insert", 2, "team"),
+        ("delete", 3, "free")])
+    with pytest.raises(psycopg.errors.NotNullViolation):
+        conn.execute(f"INSERT INTO {t} (id, plan) VALUES (9, 'x')")
+    # Updating the key moves the row.
+    conn.execute(f"UPDATE {t} SET id = 20 WHERE id = 2")
+    assert rows(conn, f"SELECT id FROM {t} ORDER BY id") == [(1,), (20,)]
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        conn.execute(f"UPDATE {t} SET id = 1 WHERE id = 20")
+
+
+def test_table_without_key_is_a_multiset(conn, unique):
+    t = f"bag_{unique}"
+    conn.execute(f"CREATE TABLE {t} (a INT, b TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'x'), (1, 'x'), (2, 'y')")
+    assert rows(conn, f"SELECT a, b, count(*) FROM {t} GROUP BY a, b ORDER BY a") == [(1, "x", 2), (2, "y", 1)]
+    assert conn.execute(f"UPDATE {t} SET b = 'z' WHERE a = 1").rowcount == 2
+    assert conn.execute(f"DELETE FROM {t} WHERE a = 2").rowcount == 1
+    assert rows(conn, f"SELECT a, b FROM {t}") == [(1, "z"), (1, "z")]
+
+
+def test_insert_select_and_joins(conn, unique):
+    s, t, u = f"orders_{unique}", f"customers_{unique}", f"big_orders_{unique}"
+    conn.execute(f"CREATE STREAM {s} (order_id INT, customer_id INT, amount NUMERIC(10,2))")
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT)")
+    conn.execute(f"CREATE STREAM {u} (order_id INT, name TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'ann'), (2, 'bob')")
+    conn.execute(f"INSERT INTO {s} VALUES (10, 1, 5.00), (11, 2, 50.00), (12, 1, 70.50), (13, 3, 1.00)")
+    assert rows(conn, f"SELECT c.name, sum(o.amount) FROM {s} o JOIN {t} c ON c.id = o.customer_id "
+                      f"GROUP BY c.name ORDER BY c.name") == [("ann", Decimal("75.50")), ("bob", Decimal("50.00"))]
+    assert rows(conn, f"SELECT o.order_id, c.name FROM {s} o LEFT JOIN {t} c ON c.id = o.customer_id "
+                      f"WHERE c.name IS NULL") == [(13, None)]
+    conn.execute(f"INSERT INTO {u} SELECT o.order_id, c.name FROM {s} o JOIN {t} c ON c.id = o.customer_id "
+                 f"WHERE o.amount > 10")
+    assert rows(conn, f"SELECT * FROM {u} ORDER BY order_id") == [(11, "bob"), (12, "ann")]
+
+
+def test_copy_from_stdin_text_and_csv(conn, unique):
+    t = f"copied_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT, score DOUBLE PRECISION)")
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY {t} FROM STDIN") as cp:
+            cp.write("1\tann\t1.5\n2\t\\N\t2.5\n")
+        with cur.copy(f"COPY {t} (id, name, score) FROM STDIN WITH (FORMAT csv, HEADER true)") as cp:
+            cp.write('id,name,score\n3,"smith, jo",3\n4,,\n')
+    assert rows(conn, f"SELECT id, name, score FROM {t} ORDER BY id") == [
+        (1, "ann", 1.5), (2, None, 2.5), (3, "smith, jo", 3.0), (4, None, None)]
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY (SELECT id, name FROM {t} ORDER BY id) TO STDOUT WITH (FORMAT csv)") as cp:
+            out = b"".join(bytes(chunk) for chunk in cp)
+    assert out.decode() == '1,ann\n2,\n3,"smith, jo"\n4,\n'
+
+
+def test_show_describe_explain(conn, unique):
+    s, t = f"shown_{unique}", f"shownt_{unique}"
+    conn.execute(f"CREATE STREAM {s} (k TEXT KEY, v INT) WITH (timestamp = 'v', partitions = 3)")
+    conn.execute(f"CREATE TABLE {t} (id INT, x TEXT, PRIMARY KEY (id))")
+    conn.execute(f"INSERT INTO {s} VALUES ('a', 1), ('b', 2)")
+    streams = {r[0]: r for r in rows(conn, "SHOW STREAMS")}
+    assert streams[s] == (s, 3, "json", "v")
+    tables = dict(rows(conn, "SHOW TABLES"))
+    assert tables[t] == "id"
+    everything = dict(rows(conn, "SHOW ALL"))
+    assert everything[s] == "stream" and everything[t] == "table"
+    create = rows(conn, f"SHOW CREATE TABLE {t}")
+    assert create == [(t, f"CREATE TABLE {t} (id INT, x TEXT, PRIMARY KEY (id))")]
+    desc = dict(rows(conn, f"DESCRIBE {s}"))
+    assert desc["kind"] == "stream"
+    assert desc["column k"] == "text, key"
+    assert desc["column v"] == "integer, event time"
+    assert desc["event time"] == "v"
+    assert desc["row count"] == "2"
+    assert desc["log offsets"].count("partition") == 3
+    plan = "\n".join(r[0] for r in rows(conn, f"EXPLAIN SELECT count(*) FROM {s}"))
+    assert "Query" in plan and "Spark SQL" in plan
+
+
+def test_drop_and_if_exists(conn, unique):
+    s = f"gone_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT)")
+    conn.execute(f"CREATE STREAM IF NOT EXISTS {s} (a INT)")
+    with pytest.raises(psycopg.errors.DuplicateTable):
+        conn.execute(f"CREATE STREAM {s} (a INT)")
+    with pytest.raises(psycopg.errors.WrongObjectType):
+        conn.execute(f"DROP TABLE {s}")
+    conn.execute(f"DROP STREAM {s}")
+    conn.execute(f"DROP STREAM IF EXISTS {s}")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conn.execute(f"SELECT * FROM {s}")
+    conn.execute(f"CREATE OR REPLACE STREAM {s} (b TEXT)")
+    conn.execute(f"INSERT INTO {s} VALUES ('x')")
+    conn.execute(f"CREATE OR REPLACE STREAM {s} (b TEXT, c INT)")
+    assert rows(conn, f"SELECT * FROM {s}") == []
+
+
+def test_errors_keep_the_connection_usable(conn, unique):
+    s = f"errs_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT, b TEXT)")
+    cases = [
+        ("SELEC 1", "42601"),
+        (f"SELECT * FROM nope_{unique}", "42P01"),
+        (f"SELECT zzz FROM {s}", "42703"),
+        (f"INSERT INTO {s} (a) VALUES ('abc')", "22P02"),
+        (f"INSERT INTO {s} (a) VALUES (true)", "42804"),
+        (f"CREATE STREAM x_{unique} (a INT) WITH (colour = 'red')", "22023"),
+        (f"CREATE EXTERNAL STREAM y_{unique} (a INT) WITH (kafka_topic = 't')", "0A000"),
+        (f"UPDATE {s} SET a = 1", "42809"),
+        (f"INSERT INTO {s} (nope) VALUES (1)", "42703"),
+    ]
+    for sql, state in cases:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(sql)
+        assert info.value.sqlstate == state, (sql, info.value.sqlstate, str(info.value))
+        assert rows(conn, "SELECT 1") == [(1,)]
+    with pytest.raises(psycopg.errors.SyntaxError) as info:
+        conn.execute("SELECT 1 FROM WHERE")
+    assert info.value.diag.statement_position == "15"
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as info:
+        conn.execute(f"CREATE STREAM z_{unique} (a INT) WITH (colour = 'red')")
+    assert "colour" in str(info.value)
+
+
+def test_session_settings_and_transactions(conn):
+    assert rows(conn, "SHOW server_version")[0][0].startswith("15")
+    assert rows(conn, "SELECT current_database(), current_schema()") == [("streamdb", "public")]
+    assert rows(conn, "SELECT version()")[0][0].startswith("PostgreSQL 15")
+    conn.execute("SET application_name = 'tour'")
+    assert rows(conn, "SHOW application_name") == [("tour",)]
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        conn.execute("SET no_such_setting = 1")
+    conn.autocommit = False
+    conn.execute("SELECT 1")
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conn.execute("SELECT * FROM nowhere")
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+        conn.execute("SELECT 1")
+    conn.rollback()
+    assert rows(conn, "SELECT 2") == [(2,)]
+    conn.commit()
+    conn.autocommit = True
+
+
+def test_prepared_statements_with_parameters(conn, unique):
+    t = f"prep_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, name TEXT, at TIMESTAMPTZ, ok BOOLEAN)")
+    when = dt.datetime(2024, 3, 4, 5, 6, 7, 123000, tzinfo=dt.UTC)
+    with conn.cursor() as cur:
+        for i in range(5):
+            cur.execute(f"INSERT INTO {t} VALUES (%s, %s, %s, %s)", (i, f"n{i}", when, i % 2 == 0), prepare=True)
+        cur.execute(f"SELECT id, name, at, ok FROM {t} WHERE id >= %s ORDER BY id", (3,), prepare=True)
+        assert cur.fetchall() == [(3, "n3", when, False), (4, "n4", when, True)]
+    with conn.cursor(binary=True) as cur:
+        cur.execute(f"SELECT id, name, at, ok FROM {t} WHERE name = %s", ("n2",))
+        assert cur.fetchall() == [(2, "n2", when, True)]
+
+
+def test_spark_runs_large_reads_with_the_same_answer(conn, unique):
+    s, t = f"sparkin_{unique}", f"sparkdim_{unique}"
+    conn.execute(f"CREATE STREAM {s} (k INT, v DOUBLE PRECISION, tag TEXT)")
+    conn.execute(f"CREATE TABLE {t} (k INT PRIMARY KEY, label TEXT)")
+    values = ", ".join(f"({i % 7}, {i * 0.5}, 't{i % 3}')" for i in range(300))
+    conn.execute(f"INSERT INTO {s} VALUES {values}")
+    conn.execute(f"INSERT INTO {t} VALUES (0, 'zero'), (1, 'one'), (2, 'two')")
+    query = (f"SELECT d.label, s.tag, count(*) AS n, sum(s.v) AS total, max(s.k) AS mk "
+             f"FROM {s} s JOIN {t} d ON d.k = s.k WHERE s.v > 10 GROUP BY d.label, s.tag ORDER BY 1, 2")
+    embedded = rows(conn, query)
+    assert rows(conn, "SHOW streamdb.last_query_engine") == [("embedded",)]
+    conn.execute("SET streamdb.spark_read_threshold_rows = 0")
+    try:
+        on_spark = rows(conn, query)
+        assert rows(conn, "SHOW streamdb.last_query_engine") == [("spark",)]
+    finally:
+        conn.execute("RESET streamdb.spark_read_threshold_rows")
+    assert on_spark == embedded
+    assert len(embedded) == 9
