@@ -40,6 +40,7 @@ __all__ = [
     "normalize_jsonb",
     "array_type",
     "element_type",
+    "array_type_by_oid",
     "format_array",
     "parse_array",
 ]
@@ -79,6 +80,12 @@ def array_type(element: SqlType) -> SqlType:
 def element_type(t: SqlType) -> SqlType | None:
     """The element type when `t` is an array type, else None."""
     return _ELEMENT_BY_ARRAY_OID.get(t.oid)
+
+
+def array_type_by_oid(oid: int) -> SqlType | None:
+    """The array type whose pg_type OID is `oid` (1007 -> integer[]), if its element is known."""
+    element = _ELEMENT_BY_ARRAY_OID.get(oid)
+    return None if element is None else array_type(element)
 
 
 def format_text(value: Any, t: SqlType) -> str:

@@ -123,7 +123,7 @@ def test_copy_from_stdin_text_and_csv(conn, unique):
 
 def test_show_describe_explain(conn, unique):
     s, t = f"shown_{unique}", f"shownt_{unique}"
-    conn.execute(f"CREATE STREAM {s} (k TEXT KEY, v INT) WITH (timestamp = 'v', partitions = 3)")
+    conn.execute(f"CREATE STREAM {s} (k TEXT KEY, v BIGINT) WITH (timestamp = 'v', partitions = 3)")
     conn.execute(f"CREATE TABLE {t} (id INT, x TEXT, PRIMARY KEY (id))")
     conn.execute(f"INSERT INTO {s} VALUES ('a', 1), ('b', 2)")
     streams = {r[0]: r for r in rows(conn, "SHOW STREAMS")}
@@ -137,7 +137,7 @@ def test_show_describe_explain(conn, unique):
     desc = dict(rows(conn, f"DESCRIBE {s}"))
     assert desc["kind"] == "stream"
     assert desc["column k"] == "text, key"
-    assert desc["column v"] == "integer, event time"
+    assert desc["column v"] == "bigint, event time"
     assert desc["event time"] == "v"
     assert desc["row count"] == "2"
     assert desc["log offsets"].count("partition") == 3
@@ -245,3 +245,12 @@ def test_spark_runs_large_reads_with_the_same_answer(conn, unique):
         conn.execute("RESET streamdb.spark_read_threshold_rows")
     assert on_spark == embedded
     assert len(embedded) == 9
+
+
+def test_error_position_in_a_multi_statement_query(conn, unique):
+    with pytest.raises(psycopg.errors.UndefinedTable) as info:
+        conn.execute(f"SELECT 1; SELECT * FROM nope_{unique}")
+    assert info.value.diag.statement_position == "25"
+    with pytest.raises(psycopg.errors.SyntaxError) as info:
+        conn.execute("SELECT 1; SELECT 1 FROM WHERE")
+    assert info.value.diag.statement_position == "25"

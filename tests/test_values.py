@@ -24,6 +24,8 @@ from streamdb.errors import (
 from streamdb.types import SqlType
 from streamdb.values import (
     DatetimeFieldOverflow,
+    array_type,
+    element_type,
     format_float,
     format_interval,
     format_text,
@@ -170,6 +172,26 @@ def test_parse_errors(text: str, sql_type: SqlType, error: type[StreamDBError], 
     assert info.value.sqlstate == error.sqlstate
     if message is not None:
         assert info.value.message == message
+
+
+def test_arrays() -> None:
+    int_array = array_type(T.INTEGER)
+    assert int_array.oid == 1007 and element_type(int_array) is T.INTEGER
+    assert format_text([1, None, 3], int_array) == "{1,NULL,3}"
+    assert format_text([[1, 2], [3, 4]], int_array) == "{{1,2},{3,4}}"
+    text_array = array_type(T.TEXT)
+    texts = ["a b", 'x"y', "", "null", "ok", "back\\slash", "{}"]
+    assert format_text(texts, text_array) == '{"a b","x\\"y","","null",ok,"back\\\\slash","{}"}'
+    assert parse_text(format_text(texts, text_array), text_array) == texts
+    assert parse_text(" { 1 , NULL } ", int_array) == [1, None]
+    assert parse_text("{{1,2},{3,4}}", int_array) == [[1, 2], [3, 4]]
+    assert parse_text("{}", int_array) == []
+    for bad in ("{1,}", "1,2", "{1,2", "{1}x", "{,1}"):
+        with pytest.raises(InvalidTextRepresentation, match="malformed array literal"):
+            parse_text(bad, int_array)
+    with pytest.raises(InvalidTextRepresentation, match="type integer"):
+        parse_text("{a}", int_array)
+    assert format_text([True, False], array_type(T.BOOLEAN)) == "{t,f}"
 
 
 def test_error_sqlstates() -> None:

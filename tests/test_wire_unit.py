@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamdb import types as T
+from streamdb import values
 from streamdb.errors import StreamDBError
 from streamdb.types import SqlType
 from streamdb.wire import codecs
@@ -223,6 +224,9 @@ def test_psycopg_prepared_statement_with_params(srv: ServerThread) -> None:
             assert row == (n, f"v{n}")
         cur = conn.cursor(binary=True)
         assert cur.execute("SELECT %b::int4, %b::text", (7, "x")).fetchone() == (7, "x")
+        # Arrays, as declared by the client (int2[] here), in text and binary.
+        assert conn.execute("SELECT %s", ([1, None, 3],)).fetchone() == ([1, None, 3],)
+        assert cur.execute("SELECT %b", ([[1, 2], [3, 4]],)).fetchone() == ([[1, 2], [3, 4]],)
 
 
 def test_psycopg_error_then_connection_still_works(srv: ServerThread) -> None:
@@ -496,7 +500,7 @@ def test_extended_protocol_errors_skip_until_sync(srv: ServerThread) -> None:
     assert error_fields(client.read_until(b"Z")[0][1])["C"] == "22P03"
     client.send(bind_msg(params=(b"1",)) + SYNC)
     assert error_fields(client.read_until(b"Z")[0][1])["C"] == "08P01"
-    client.send(parse_msg("SELECT $1", oids=(1007,)) + SYNC)
+    client.send(parse_msg("SELECT $1", oids=(600,)) + SYNC)  # point: unsupported
     assert error_fields(client.read_until(b"Z")[0][1])["C"] == "0A000"
     client.send(parse_msg("", "empty") + bind_msg("", "empty") + describe_msg(b"P") + execute_msg() + SYNC)
     assert kinds(client.read_until(b"Z")) == b"12nIZ"
@@ -614,13 +618,26 @@ def test_numeric_binary_round_trip(value: Decimal) -> None:
         assert int(decoded.as_tuple().exponent) == exponent
 
 
+def test_binary_arrays() -> None:
+    int_array = values.array_type(T.INTEGER)
+    encoded = codecs.encode_binary([1, None], int_array)
+    assert encoded == struct.pack("!iiIii", 1, 1, 23, 2, 1) + struct.pack("!ii", 4, 1) + struct.pack("!i", -1)
+    assert codecs.decode_binary(encoded, int_array) == [1, None]
+    nested = [["a", "b"], ["c", "d"]]
+    text_array = values.array_type(T.TEXT)
+    assert codecs.decode_binary(codecs.encode_binary(nested, text_array), text_array) == nested
+    assert codecs.decode_binary(codecs.encode_binary([], text_array), text_array) == []
+    assert codecs.supports_binary(int_array)
+
+
 def test_binary_codec_errors() -> None:
     with pytest.raises(codecs.InvalidBinaryRepresentation):
         codecs.decode_binary(b"\x00\x01", T.INTEGER)
     with pytest.raises(StreamDBError) as info:
         codecs.encode_binary(2**40, T.INTEGER)
     assert info.value.sqlstate == "22003"
-    assert not codecs.supports_binary(SqlType("int4[]", 1007, -1, 0, "A"))
+    point = SqlType("point", 600, 16, 1017, "G")
+    assert not codecs.supports_binary(point)
     with pytest.raises(StreamDBError) as unsupported:
-        codecs.encode_binary([1], SqlType("int4[]", 1007, -1, 0, "A"))
+        codecs.encode_binary((1.0, 2.0), point)
     assert unsupported.value.sqlstate == "0A000"

@@ -6,7 +6,7 @@ import time
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
-from streamdb.errors import FeatureNotSupported, UndefinedColumn
+from streamdb.errors import DatatypeMismatch, FeatureNotSupported, UndefinedColumn
 from streamdb.planner.columns import column_defs
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import normalize, table_name
@@ -34,9 +34,9 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
         if col is None:
             raise UndefinedColumn(f'timestamp column "{ts_col}" does not exist in stream "{name}"')
         if col.type not in (T.TIMESTAMP, T.TIMESTAMPTZ, T.BIGINT):
-            raise FeatureNotSupported(
+            raise DatatypeMismatch(
                 f'timestamp column "{ts_col}" must be timestamp, timestamptz or bigint (epoch ms), '
-                f"not {col.type.name}", sqlstate="42804")
+                f"not {col.type.name}")
     rel = RelationDef(
         id=0, name=name, kind="stream", columns=columns, schemaless=schemaless,
         timestamp_column=ts_col, partitions=opts.partitions, value_format=opts.value_format,

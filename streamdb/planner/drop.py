@@ -19,7 +19,7 @@ def plan(stmt: exp.Drop, ctx: PlanContext) -> DropPlan:
     kind = _KINDS.get(raw)
     if kind is None:
         raise FeatureNotSupported(f"DROP {raw} is not supported")
-    targets = [stmt.this, *(stmt.expressions or [])] if stmt.this is not None else list(stmt.expressions)
+    targets = list(stmt.args.get("tables") or []) or ([stmt.this] if stmt.this is not None else [])
     names = []
     for t in targets:
         if isinstance(t, exp.Table):

@@ -161,8 +161,8 @@ class EngineSession:
         st = statements[0]
         try:
             types, columns = planner.describe(st.ast, self._ctx(), param_types)
-        except StreamDBError as e:
-            raise _shift(e, st)
+        except StreamDBError:
+            raise
         return PreparedStatement(st, types, columns)
 
     async def execute(self, statement: Statement, params: list[Any] | None = None) -> ExecutionResult:
@@ -187,8 +187,13 @@ class EngineSession:
             finally:
                 self._running = None
         except StreamDBError as e:
+            # The parser tokenizes the whole query string, so node positions count from its start;
+            # the wire layer adds the statement's offset, so hand back a statement-relative one.
+            if e.position is not None and statement.offset and not getattr(e, "_relative", False):
+                e.position = max(1, e.position - statement.offset)
+                e._relative = True  # type: ignore[attr-defined]
             self._fail()
-            raise _shift(e, statement)
+            raise
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - any bug becomes XX000, the connection stays up
@@ -224,10 +229,3 @@ class EngineSession:
         self.cancel()
         self.engine.sessions.pop(self.pid, None)
 
-
-def _shift(e: StreamDBError, st: Statement) -> StreamDBError:
-    """Positions are relative to the statement; clients expect them in the whole query string."""
-    if e.position is not None and st.offset and not getattr(e, "_shifted", False):
-        e.position += st.offset
-        e._shifted = True  # type: ignore[attr-defined]
-    return e

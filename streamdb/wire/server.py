@@ -625,8 +625,8 @@ class Connection:
                 declared.append(None)
             elif oid in T.BY_OID:
                 declared.append(T.BY_OID[oid])
-            elif (element := _element_by_array_oid(oid)) is not None:
-                declared.append(values.array_type(element))
+            elif (array := values.array_type_by_oid(oid)) is not None:
+                declared.append(array)
             else:
                 raise FeatureNotSupported(f"parameter type with OID {oid} is not supported")
         self._statements[name] = self._require_session().prepare(sql, declared)
@@ -849,10 +849,6 @@ def _resolve_result_formats(codes: Sequence[int], column_count: int) -> list[int
     if len(codes) not in (0, 1, column_count):
         raise ProtocolViolation(f"bind message has {len(codes)} result formats but query has {column_count} columns")
     return _expand_formats(codes, column_count)
-
-
-def _element_by_array_oid(oid: int) -> SqlType | None:
-    return values.element_type(SqlType("", oid, -1, 0, "A"))
 
 
 def _declared_or(declared: Sequence[SqlType | None], index: int, inferred: SqlType) -> SqlType:

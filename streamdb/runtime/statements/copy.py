@@ -111,4 +111,4 @@ async def execute_to(plan: CopyToPlan, ctx: ExecContext) -> ExecutionResult:
             fields = [plan.null if v is None else _escape_text(values.format_text(v, c.type), plan.delimiter)
                       for v, c in zip(r, cols, strict=True)]
             lines.append((plan.delimiter.join(fields) + "\n").encode())
-    return ExecutionResult(f"COPY {len(rows)}", copy_out=lines, copy_out_format=plan.format)
+    return ExecutionResult(f"COPY {len(rows)}", columns=cols, copy_out=lines, copy_out_format=plan.format)
