@@ -62,6 +62,27 @@ ALL_TYPES: tuple[SqlType, ...] = (
 
 BY_OID: dict[int, SqlType] = {t.oid: t for t in ALL_TYPES}
 
+
+@dataclass(frozen=True)
+class ArraySqlType(SqlType):
+    """A one-dimensional array of `element` (pg_type category 'A'), e.g. text[] with OID 1009."""
+
+    element: SqlType | None = None
+
+    def arrow(self) -> pa.DataType:
+        assert self.element is not None
+        return pa.list_(self.element.arrow())
+
+
+ARRAY_TYPES: dict[str, ArraySqlType] = {
+    t.name: ArraySqlType(f"{t.name}[]", t.array_oid, -1, 0, "A", t) for t in ALL_TYPES
+}
+
+
+def array_of(element: SqlType) -> ArraySqlType:
+    return ARRAY_TYPES.get(element.name) or ArraySqlType(f"{element.name}[]", element.array_oid, -1, 0, "A",
+                                                         element)
+
 _ARROW: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "bytea": pa.binary(),
@@ -132,6 +153,9 @@ def is_textual(t: SqlType) -> bool:
 
 def from_arrow(dt: pa.DataType) -> SqlType:
     """Best SQL type for an Arrow type (used for results computed by DuckDB or Spark)."""
+    if pa.types.is_list(dt) or pa.types.is_large_list(dt) or pa.types.is_fixed_size_list(dt):
+        element = from_arrow(dt.value_type)
+        return array_of(element) if not isinstance(element, ArraySqlType) else TEXT
     if pa.types.is_boolean(dt):
         return BOOLEAN
     if pa.types.is_int8(dt) or pa.types.is_int16(dt) or pa.types.is_uint8(dt):

@@ -74,7 +74,7 @@ _ELEMENT_BY_ARRAY_OID: dict[int, SqlType] = {t.array_oid: t for t in T.ALL_TYPES
 
 def array_type(element: SqlType) -> SqlType:
     """The SQL type of a one-dimensional array of `element` (e.g. text[], oid 1009)."""
-    return SqlType(f"{element.name}[]", element.array_oid, -1, 0, "A")
+    return T.array_of(element)
 
 
 def element_type(t: SqlType) -> SqlType | None:

@@ -315,12 +315,21 @@ def test_set_several_transaction_modes_is_not_supported() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sql", "position"), [('SAVEPOINT "_pg3_1"', 1), ('RELEASE "_pg3_1"', 1), ("ROLLBACK TO SAVEPOINT s", 10)]
+    ("sql", "kind", "name", "generated"),
+    [
+        ('SAVEPOINT "_pg3_1"', "SAVEPOINT", "_pg3_1", 'SAVEPOINT "_pg3_1"'),
+        ("RELEASE SAVEPOINT s", "RELEASE", "s", "RELEASE s"),
+        ("RELEASE s", "RELEASE", "s", "RELEASE s"),
+        ("ROLLBACK TO SAVEPOINT s", "ROLLBACK TO", "s", "ROLLBACK TO s"),
+        ("ROLLBACK WORK TO s", "ROLLBACK TO", "s", "ROLLBACK TO s"),
+    ],
 )
-def test_savepoints_are_not_supported(sql: str, position: int) -> None:
-    with pytest.raises(FeatureNotSupported) as caught:
-        parse_one(sql)
-    assert caught.value.position == position
+def test_savepoints_round_trip(sql: str, kind: str, name: str, generated: str) -> None:
+    tree = parse_one(sql)
+    assert isinstance(tree, ast.TransactionControl)
+    assert tree.this == kind and tree.args["expression"].name == name
+    assert generate(tree) == generated
+    assert parse_one(generated) == tree
 
 
 def test_select_stream_wraps_the_plain_select() -> None:

@@ -10,7 +10,12 @@ from streamdb.errors import DatatypeMismatch, FeatureNotSupported, UndefinedColu
 from streamdb.planner.columns import column_defs
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import normalize, table_name
-from streamdb.planner.options import StreamOptions, property_values, reject_connector_options, validate_options
+from streamdb.planner.options import (
+    StreamOptions,
+    property_values,
+    reject_connector_options,
+    validate_options,
+)
 from streamdb.planner.plans import CreateRelationPlan
 from streamdb.sql.ast import CreateStream
 

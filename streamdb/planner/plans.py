@@ -194,7 +194,8 @@ class SetVariablePlan(Plan):
 
 @dataclass(frozen=True)
 class TransactionPlan(Plan):
-    action: Literal["BEGIN", "COMMIT", "ROLLBACK"]
+    action: Literal["BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "ROLLBACK TO"]
+    savepoint: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streamdb.planner.names import normalize
 from streamdb.planner.plans import NoOpPlan, SetVariablePlan, TransactionPlan
 from streamdb.sql.ast import Deallocate, Discard, SetVariable, TransactionControl
 
@@ -13,7 +14,9 @@ def plan_set(stmt: SetVariable) -> SetVariablePlan:
 
 
 def plan_transaction(stmt: TransactionControl) -> TransactionPlan:
-    return TransactionPlan(str(stmt.this).upper())  # type: ignore[arg-type]
+    name = stmt.args.get("expression")
+    return TransactionPlan(str(stmt.this).upper(),  # type: ignore[arg-type]
+                           normalize(name) if name is not None else None)
 
 
 def plan_discard(stmt: Discard) -> NoOpPlan:

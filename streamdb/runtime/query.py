@@ -97,7 +97,8 @@ def arrow_to_rows(table: pa.Table, columns: tuple[Column, ...]) -> list[tuple[An
         arr = table.column(i)
         values = arr.to_pylist()
         t = col.type
-        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        if (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)) and \
+                not isinstance(t, T.ArraySqlType):
             values = [None if v is None else _pg_array_text(v) for v in values]
         elif pa.types.is_struct(arr.type) or pa.types.is_map(arr.type):
             import json

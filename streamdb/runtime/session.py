@@ -90,6 +90,7 @@ class EngineSession:
         self.database = database
         self.pid = pid
         self.txn_status = "I"
+        self.savepoints: list[str] = []
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
         self.settings = dict(self._defaults)
         if options.get("application_name"):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -80,24 +79,12 @@ def typcollation(t: SqlType) -> int:
     return DEFAULT_COLLATION_OID if t.name in _COLLATABLE else 0
 
 
-@dataclass(frozen=True, slots=True)
-class ArraySqlType(SqlType):
-    """An array of `element` (pg_type category 'A'); Arrow list of the element's type."""
-
-    element: SqlType | None = None
-
-    def arrow(self) -> pa.DataType:
-        assert self.element is not None
-        return pa.list_(self.element.arrow())
+ArraySqlType = T.ArraySqlType
 
 
 # Array types: named "<elem>[]" with oid = elem.array_oid, category 'A'.
-_ELEM: dict[str, SqlType] = {}
-ARRAY_TYPES: dict[str, SqlType] = {}
-for _t in T.ALL_TYPES:
-    _a = ArraySqlType(_t.name + "[]", _t.array_oid, -1, 0, "A", _t)
-    ARRAY_TYPES[_a.name] = _a
-    _ELEM[_a.name] = _t
+ARRAY_TYPES: dict[str, SqlType] = {a.name: a for a in T.ARRAY_TYPES.values()}
+_ELEM: dict[str, SqlType] = {a.name: a.element for a in T.ARRAY_TYPES.values() if a.element is not None}
 TYPES_BY_OID: dict[int, SqlType] = {t.oid: t for t in T.ALL_TYPES} | {
     a.oid: a for a in ARRAY_TYPES.values()}
 

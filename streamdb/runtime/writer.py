@@ -237,7 +237,7 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
                     dirty.add(key)
                     affected += 1
             moved_away = set()
-            for key, new_row in updates:
+            for key, _new_row in updates:
                 old = current(key)
                 if old is None:
                     continue

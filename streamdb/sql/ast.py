@@ -107,10 +107,11 @@ class EmitChanges(exp.Expression):
 
 
 class TransactionControl(exp.Expression):
-    """BEGIN / START TRANSACTION / COMMIT / END / ROLLBACK / ABORT, normalized.
-    `this` is 'BEGIN' | 'COMMIT' | 'ROLLBACK'."""
+    """BEGIN / START TRANSACTION / COMMIT / END / ROLLBACK / ABORT, normalized, and savepoints.
+    `this` is 'BEGIN' | 'COMMIT' | 'ROLLBACK' | 'SAVEPOINT' | 'RELEASE' | 'ROLLBACK TO';
+    `expression` is the savepoint's name (an exp.Identifier) for the last three."""
 
-    arg_types = {"this": True}
+    arg_types = {"this": True, "expression": False}
 
 
 class Discard(exp.Expression):

@@ -159,8 +159,8 @@ class StreamDB(Postgres):
             "DEALLOCATE": lambda self: self._parse_deallocate(),
             "FLUSH": lambda self: self._parse_flush(),
             "EXPLAIN": lambda self: self._parse_explain(),
-            "SAVEPOINT": lambda self: self._refuse_savepoints(),
-            "RELEASE": lambda self: self._refuse_savepoints(),
+            "SAVEPOINT": lambda self: self._parse_savepoint("SAVEPOINT"),
+            "RELEASE": lambda self: self._parse_savepoint("RELEASE"),
         }
 
         # Tokens after `SELECT stream` that make `stream` an ordinary column (an operator or
@@ -518,14 +518,19 @@ class StreamDB(Postgres):
 
         def _parse_transaction_end(self, kind: str) -> exp.Expr:
             self._match_texts(("WORK", "TRANSACTION"))
-            if kind == "ROLLBACK" and self._curr.text.upper() == "TO":
-                self._refuse_savepoints(self._curr)
+            if kind == "ROLLBACK" and self._curr and self._curr.text.upper() == "TO":
+                self._advance()
+                return self._parse_savepoint("ROLLBACK TO")
             return self.expression(ast.TransactionControl(this=kind))
 
-        def _refuse_savepoints(self, token: Token | None = None) -> exp.Expr:
-            # A real statement (psycopg's nested transactions send it), not a typo: say so.
-            keyword = token or self._prev
-            raise FeatureNotSupported("savepoints are not supported", position=keyword.start + 1)
+        def _parse_savepoint(self, kind: str) -> exp.Expr:
+            # psycopg's nested transactions and SQLAlchemy send these.
+            if kind != "SAVEPOINT":
+                self._match_text_seq("SAVEPOINT")
+            name = self._parse_id_var(any_token=True)
+            if name is None:
+                self.raise_error("Expected a savepoint name")
+            return self.expression(ast.TransactionControl(this=kind, expression=name))
 
         # ---- small session statements ------------------------------------------------------
 
@@ -883,7 +888,8 @@ class StreamDB(Postgres):
             ast.Flush: lambda self, e: self.flush_sql(e),
             ast.SelectStream: lambda self, e: self.selectstream_sql(e),
             ast.EmitChanges: lambda self, e: f"{self.sql(e, 'this')} EMIT CHANGES",
-            ast.TransactionControl: lambda self, e: str(e.this),
+            ast.TransactionControl: lambda self, e: str(e.this) + (
+                f" {self.sql(e, 'expression')}" if e.args.get("expression") else ""),
             ast.Discard: lambda self, e: f"DISCARD {e.this}",
             ast.Deallocate: lambda self, e: self.deallocate_sql(e),
             ast.CopyStatement: lambda self, e: self.copystatement_sql(e),

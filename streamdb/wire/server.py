@@ -419,11 +419,15 @@ class Connection:
                 self._send_error(exc)
                 if kind[0] in _EXTENDED_MESSAGES:
                     self._skip_until_sync = True
+                    # Like Postgres, send the error now: a client that sent Flush (not Sync)
+                    # after Parse/Describe is waiting for it, and its Flush will be skipped.
+                    await self._flush()
             except Exception as exc:
                 log.exception("internal error handling message %r", kind)
                 self._send_error(InternalError(f"internal error: {exc}"))
                 if kind[0] in _EXTENDED_MESSAGES:
                     self._skip_until_sync = True
+                    await self._flush()
             await self._maybe_flush()
 
     # --- simple query -------------------------------------------------------------------
