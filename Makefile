@@ -22,6 +22,7 @@ serve: install
 test: install
 	@scripts/ensure-psql.sh
 	$(BIN)/ruff check streamdb tests bench
+	$(BIN)/mypy streamdb
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: install

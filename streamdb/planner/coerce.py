@@ -25,7 +25,7 @@ class NotALiteral(Exception):
     """The expression needs evaluation by the query engine."""
 
 
-def literal_value(node: exp.Expression) -> Any:
+def literal_value(node: exp.Expr) -> Any:
     """Python value of a literal expression; raises NotALiteral otherwise.
 
     Strings stay strings (Postgres's 'unknown' literals) so assignment parses them

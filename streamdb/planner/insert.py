@@ -31,7 +31,7 @@ def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
     names: list[str] = []
     for c in column_nodes:
         ident = c.this if isinstance(c, exp.Column) else c
-        name = normalize(ident)
+        name = normalize(ident if isinstance(ident, exp.Identifier) else str(ident.name))
         if name in names:
             raise StreamDBError(f'column "{name}" specified more than once', sqlstate="42701",
                                 position=position_of(c))

@@ -134,8 +134,8 @@ def _expand_stars(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> N
                     new_proj.extend(_expand_one(alias, src, star_by_alias))
             elif isinstance(p, exp.Column) and isinstance(p.this, exp.Star):
                 alias = normalize(p.args.get("table"))
-                src = next((s for a, s in sources if a == alias), None)
-                new_proj.extend(_expand_one(alias, src, star_by_alias) if src is not None else [p])
+                match = next((s for a, s in sources if a == alias), None)
+                new_proj.extend(_expand_one(alias, match, star_by_alias) if match is not None else [p])
             else:
                 new_proj.append(p)
         select.set("expressions", new_proj)

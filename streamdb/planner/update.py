@@ -37,7 +37,7 @@ def plan_update(stmt: exp.Update, ctx: PlanContext) -> UpdatePlan:
             raise UndefinedColumn(f'column "{name}" of relation "{rel.name}" does not exist',
                                   position=position_of(col))
         assignments[name] = eq.expression
-    projections: list[exp.Expression] = [exp.column(ROWKEY)]
+    projections: list[exp.Expr] = [exp.column(ROWKEY)]
     for c in rel.columns:
         projections.append(exp.alias_(assignments.get(c.name, exp.column(c.name, quoted=True)), c.name,
                                       quoted=True))

@@ -182,7 +182,7 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
         commit.appends.extend(_stream_appends(rel, payload_rows, rowtimes, [None] * len(events)))
     else:
         full_rows, rowtimes = build_rows(rel, names, rows, rowtime_given)
-        keys = None
+        keys: list[bytes | None] | None = None
         if rel.key_columns:
             idx = [rel.column_names().index(k) for k in rel.key_columns]
             keys = [C.key_of(tuple(r[i] for i in idx)) for r in full_rows]
@@ -279,11 +279,11 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
                                      [c[2] for c in chs])
             commit.appends.append(Append(rel.id, p, payload, len(chs)))
         for key in dirty:
-            row = state[key]
-            if row is None:
+            current_row = state[key]
+            if current_row is None:
                 commit.deletes.append((store, key))
             else:
-                commit.puts.append((store, key, C.encode_state_row(row, now)))
+                commit.puts.append((store, key, C.encode_state_row(current_row, now)))
         await engine.storage.commit_async(commit)
     engine.notify_write(rel.id)
     return affected

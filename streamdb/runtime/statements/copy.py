@@ -48,17 +48,15 @@ def parse_copy_data(plan: CopyFromPlan, data: bytes) -> list[tuple[Any, ...]]:
         reader = csv.reader(io.StringIO(text), delimiter=plan.delimiter, quotechar=plan.quote,
                             escapechar=None if plan.escape == plan.quote else plan.escape,
                             doublequote=plan.escape == plan.quote, strict=True)
-        lines = list(reader)
-        if plan.header and lines:
-            lines = lines[1:]
-        raw_lines = text.splitlines()
-        for lineno, fields in enumerate(lines, start=2 if plan.header else 1):
+        records = list(reader)
+        if plan.header and records:
+            records = records[1:]
+        for lineno, fields in enumerate(records, start=2 if plan.header else 1):
             if not fields or fields == ["\\."]:
                 continue
             if len(fields) != n:
                 raise DataException(f"{'missing data' if len(fields) < n else 'extra data after last expected column'}"
                                     f" for COPY, line {lineno}", sqlstate="22P04")
-            _ = raw_lines
             rows.append(tuple(None if (f == plan.null) else f for f in fields))
         return rows
     lines = text.split("\n")

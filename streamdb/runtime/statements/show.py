@@ -15,6 +15,7 @@ _KIND_FOR = {"STREAMS": "stream", "TABLES": "table", "VIEWS": "view", "MATERIALI
 
 async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionResult:
     rels = sorted(ctx.engine.catalog.snapshot().relations.values(), key=lambda r: r.name)
+    rows: list[tuple[object, ...]]
     if plan.kind == "ALL":
         rows = [(r.name, r.kind.replace("_", " ")) for r in rels]
     else:
