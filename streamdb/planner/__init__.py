@@ -13,6 +13,7 @@ from streamdb.planner import (
     copy,
     create_stream,
     create_table,
+    create_view,
     drop,
     insert,
     session,
@@ -53,8 +54,16 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         kind = str(node.args.get("kind") or "").upper()
         if kind == "TABLE":
             return create_table.plan(node, ctx, sql)
-        if kind in ("VIEW", "MATERIALIZED VIEW") or kind.endswith("VIEW"):
-            raise FeatureNotSupported(f"CREATE {kind} is not yet supported")
+        props = node.args.get("properties")
+        materialized = props is not None and any(
+            isinstance(p, exp.MaterializedProperty) for p in props.expressions)
+        if kind == "VIEW" and materialized:
+            if node.args.get("replace"):
+                raise FeatureNotSupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported; drop it first")
+            return create_view.plan(node, ctx, sql)
+        if kind.endswith("VIEW"):
+            raise FeatureNotSupported(f"CREATE {kind} (not materialized) is not yet supported",
+                                      hint="Use CREATE MATERIALIZED VIEW.")
         raise FeatureNotSupported(f"CREATE {kind} is not supported")
     if isinstance(node, exp.Drop):
         return drop.plan(node, ctx)
@@ -104,7 +113,10 @@ SHOW_COLUMNS: dict[str, tuple[Column, ...]] = {
     "TABLES": _text("name", "primary_key"),
     "ALL": _text("name", "kind"),
     "VIEWS": _text("name"),
-    "MATERIALIZED VIEWS": _text("name"),
+    "MATERIALIZED VIEWS": _text("name", "query"),
+    "QUERIES": (Column("name", T.TEXT), Column("kind", T.TEXT), Column("status", T.TEXT),
+                Column("epochs", T.BIGINT), Column("lag", T.BIGINT), Column("rows", T.BIGINT),
+                Column("last_epoch_ms", T.DOUBLE), Column("error", T.TEXT)),
 }
 DESCRIBE_COLUMNS = _text("property", "value")
 SHOW_CREATE_COLUMNS = _text("name", "create_sql")

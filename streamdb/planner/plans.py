@@ -79,6 +79,26 @@ class CreateRelationPlan(Plan):
 
 
 @dataclass(frozen=True)
+class CreateViewPlan(Plan):
+    """CREATE MATERIALIZED VIEW: the view's relation (columns, dependencies) and its query."""
+
+    relation: RelationDef
+    query: QueryPlan
+    if_not_exists: bool = False
+
+    def explain(self) -> str:
+        lines = [f"Materialized view {self.relation.name}",
+                 "  maintenance: epochs driven by writes to its inputs; each epoch recomputes the query",
+                 "  on Spark over the inputs' snapshot and applies the difference to the stored result",
+                 "  (changes logged with weights, so views and subscribers downstream consume deltas)",
+                 "  reads: served from the stored result, never a Spark job"]
+        for i in self.query.inputs:
+            lines.append(f"  input {i.registered_name}: relation {i.relation_id}")
+        lines.append(f"  Spark SQL: {self.query.spark_sql}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
 class DropPlan(Plan):
     kind: str  # 'stream' | 'table' | 'view' | 'materialized_view' | 'any'
     names: tuple[str, ...]

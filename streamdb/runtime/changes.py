@@ -34,8 +34,8 @@ def batch_schema(rel: RelationDef) -> pa.Schema:
     else:
         fields.extend(pa.field(c.name, c.type.arrow()) for c in rel.columns)
     fields.append(pa.field(ROWTIME, pa.timestamp("us", tz="UTC")))
-    fields.append(pa.field(WEIGHT, pa.int8()))
-    if rel.kind == "table":
+    fields.append(pa.field(WEIGHT, pa.int64()))
+    if rel.kind != "stream":
         fields.append(pa.field(ROWKEY, pa.binary()))
     return pa.schema(fields)
 
@@ -78,8 +78,8 @@ def encode_batch(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[d
         for i, c in enumerate(rel.columns):
             arrays.append(pa.array([to_arrow_value(r[i], c.type) for r in rows], c.type.arrow()))
     arrays.append(pa.array(rowtimes, pa.timestamp("us", tz="UTC")))
-    arrays.append(pa.array(weights, pa.int8()))
-    if rel.kind == "table":
+    arrays.append(pa.array(weights, pa.int64()))
+    if rel.kind != "stream":
         arrays.append(pa.array(rowkeys or [b""] * len(rows), pa.binary()))
     table = pa.Table.from_arrays(arrays, schema=schema)
     sink = pa.BufferOutputStream()
@@ -94,6 +94,16 @@ def decode_batch(payload: bytes) -> pa.Table:
 
 
 # ---- table state rows -----------------------------------------------------------------
+
+
+def encode_view_row(row: tuple[Any, ...], count: int) -> bytes:
+    """A materialized view's state: each distinct row with its multiplicity."""
+    return pickle.dumps((row, count), protocol=5)
+
+
+def decode_view_row(data: bytes) -> tuple[tuple[Any, ...], int]:
+    row, count = pickle.loads(data)
+    return tuple(row), count
 
 
 def encode_state_row(row: tuple[Any, ...], rowtime: dt.datetime) -> bytes:

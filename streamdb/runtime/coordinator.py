@@ -27,6 +27,7 @@ Handler = Callable[[Any, ExecContext], Awaitable[ExecutionResult]]
 HANDLERS: dict[type, Handler] = {
     P.QueryPlan: select.execute,
     P.CreateRelationPlan: create_relation.execute,
+    P.CreateViewPlan: create_relation.execute,
     P.DropPlan: drop.execute,
     P.InsertPlan: insert.execute,
     P.UpdatePlan: update.execute,

@@ -12,6 +12,7 @@ from streamdb.config import Settings
 from streamdb.errors import InvalidCatalogName
 from streamdb.runtime.catalog_store import CatalogStore
 from streamdb.runtime.reader import RelationReader
+from streamdb.runtime.views import ViewMaintainer
 from streamdb.storage import open_storage
 
 log = logging.getLogger("streamdb.engine")
@@ -30,6 +31,8 @@ class Engine:
         self._table_locks: dict[int, asyncio.Lock] = {}
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.sessions: dict[int, object] = {}
+        self.views = ViewMaintainer(self)
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.spark = None
         if settings.spark_enabled:
             from streamdb.runtime.spark.session import SparkRuntime
@@ -40,8 +43,11 @@ class Engine:
             )
 
     def start(self) -> None:
+        """Start background work; call from the event loop."""
+        self.loop = asyncio.get_running_loop()
         if self.spark is not None:
             self.spark.start_background()
+        self.views.start()
         log.info("catalog version %d with %d relations", self.catalog.snapshot().version,
                  len(self.catalog.snapshot().relations))
 
@@ -52,10 +58,12 @@ class Engine:
         return lock
 
     def notify_write(self, rel_id: int) -> None:
-        """Hook for derived relations and subscribers (issue 3)."""
+        """A relation changed: views over it have work to do."""
+        self.views.notify()
 
     async def flush(self) -> None:
-        """Every acknowledged write is durable and visible to reads already."""
+        """Acknowledged writes are durable and visible to ad hoc reads at once; wait for the views."""
+        await self.views.flush()
 
     def new_session(self, user: str, database: str, options: dict[str, str]):
         from streamdb.runtime.session import EngineSession

@@ -100,8 +100,8 @@ class RelationReader:
             fields.append(pa.field(c.name, c.type.arrow()))
         arrays.append(pa.array(rowtimes, pa.timestamp("us", tz="UTC")))
         fields.append(pa.field(C.ROWTIME, pa.timestamp("us", tz="UTC")))
-        arrays.append(pa.array([1] * len(events), pa.int8()))
-        fields.append(pa.field(C.WEIGHT, pa.int8()))
+        arrays.append(pa.array([1] * len(events), pa.int64()))
+        fields.append(pa.field(C.WEIGHT, pa.int64()))
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
     # ---- what queries see ----------------------------------------------------------
@@ -117,10 +117,16 @@ class RelationReader:
         if cached is not None and cached[0] == offsets:
             return cached[1]
         rows, keys = [], []
-        for key, value in snap.scan(state_store(rel.id)):
-            row, _rowtime = C.decode_state_row(value)
-            rows.append(row)
-            keys.append(key)
+        if rel.kind == "materialized_view":
+            for key, value in snap.scan(state_store(rel.id)):
+                row, count = C.decode_view_row(value)
+                rows.extend([row] * count)
+                keys.extend([key] * count)
+        else:
+            for key, value in snap.scan(state_store(rel.id)):
+                row, _rowtime = C.decode_state_row(value)
+                rows.append(row)
+                keys.append(key)
         arrays = [pa.array([C.to_arrow_value(r[i], c.type) for r in rows], c.type.arrow())
                   for i, c in enumerate(rel.columns)]
         arrays.append(pa.array(keys, pa.binary()))

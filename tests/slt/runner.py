@@ -431,7 +431,7 @@ class Connection:
                 pass
 
         timer = threading.Timer(timeout, on_timeout)
-        killer = threading.Timer(timeout + 10, hard_kill)
+        killer = threading.Timer(timeout + 5, hard_kill)
         timer.daemon = killer.daemon = True
         timer.start()
         killer.start()
@@ -579,7 +579,7 @@ class FileRunner:
         for cond, label in rec.conditions:
             if (cond == "skipif" and label in labels) or (cond == "onlyif" and label not in labels):
                 return  # not this engine's record: neither run nor counted
-        if rec.kind in ("statement", "query", "let"):
+        if rec.kind not in ("halt", "control"):
             reason = self.runner.skiplist.record_reason(rec.path, rec.line)
             if reason:
                 self.skip(rec, reason)
@@ -639,7 +639,8 @@ class FileRunner:
             self.skip(rec, f"unsupported control: {rec.arg}")
 
     def run_with_retry(self, rec: Record, fn: Any) -> None:
-        attempts = rec.retry + 1
+        retries = rec.retry if self.runner.max_retry is None else min(rec.retry, self.runner.max_retry)
+        attempts = retries + 1
         last: tuple[str, list[str] | None, list[str] | None] | None = None
         for attempt in range(attempts):
             last = fn(rec)
@@ -741,6 +742,7 @@ class Runner:
     labels: frozenset[str] = frozenset(DEFAULT_LABELS)
     strict_errors: bool = False
     max_sleep: float = 60.0
+    max_retry: int | None = None  # cap for `retry N` (None = as the file says)
     verbose: bool = False
     work_dir: Path = field(default_factory=lambda: Path.cwd())
 
@@ -873,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="an expected error must also match the expected message/regex")
     ap.add_argument("--max-failures-shown", type=int, default=5, help="per file (0 = none)")
     ap.add_argument("--max-sleep", type=float, default=60.0, help="cap for `sleep` records, seconds")
+    ap.add_argument("--max-retry", type=int, default=None,
+                    help="cap the `retry N` of records (default: as written; 0 = never retry)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
 
@@ -884,6 +888,7 @@ def main(argv: list[str] | None = None) -> int:
         labels=frozenset(args.label or DEFAULT_LABELS),
         strict_errors=args.strict_errors,
         max_sleep=args.max_sleep,
+        max_retry=args.max_retry,
         verbose=args.verbose,
     )
     results: list[FileResult] = []

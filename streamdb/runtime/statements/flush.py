@@ -1,7 +1,7 @@
-"""FLUSH: returns once every write acknowledged before it is reflected everywhere.
+"""FLUSH: returns once every write acknowledged before it is reflected in every view.
 
 Writes are acknowledged only once durable and ad hoc reads see the latest
-durable snapshot, so with no derived relations yet there is nothing to wait for.
+durable snapshot; FLUSH waits for the view maintainer to catch up with them.
 """
 
 from __future__ import annotations

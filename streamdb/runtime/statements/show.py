@@ -16,6 +16,18 @@ _KIND_FOR = {"STREAMS": "stream", "TABLES": "table", "VIEWS": "view", "MATERIALI
 async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionResult:
     rels = sorted(ctx.engine.catalog.snapshot().relations.values(), key=lambda r: r.name)
     rows: list[tuple[object, ...]]
+    if plan.kind == "QUERIES":
+        rows = []
+        views = ctx.engine.views
+        for r in rels:
+            if r.kind != "materialized_view":
+                continue
+            st = views.status.get(r.id)
+            lag = views.lag(r)
+            status = "failed" if st and st.error else ("running" if st and st.epochs else "starting")
+            rows.append((r.name, "materialized view", status, st.epochs if st else 0, lag,
+                         st.rows if st else 0, st.last_epoch_ms if st else None, st.error if st else None))
+        return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "ALL":
         rows = [(r.name, r.kind.replace("_", " ")) for r in rels]
     else:
@@ -26,6 +38,8 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
                     for r in chosen]
         elif plan.kind == "TABLES":
             rows = [(r.name, ", ".join(r.primary_key) or None) for r in chosen]
+        elif plan.kind == "MATERIALIZED VIEWS":
+            rows = [(r.name, dict(r.extra).get("query_sql")) for r in chosen]
         else:
             rows = [(r.name,) for r in chosen]
     return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)

@@ -1,0 +1,48 @@
+"""CREATE MATERIALIZED VIEW name AS SELECT ..."""
+
+from __future__ import annotations
+
+import time
+
+from sqlglot import exp
+
+from streamdb.catalog import ColumnDef, RelationDef
+from streamdb.errors import DuplicateColumn, FeatureNotSupported
+from streamdb.planner import query as query_planner
+from streamdb.planner.context import PlanContext
+from streamdb.planner.names import table_name
+from streamdb.planner.plans import CreateViewPlan
+
+QUERY_SQL = "query_sql"
+
+
+def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateViewPlan:
+    schema, name = table_name(stmt.this)
+    if schema not in (None, "public"):
+        raise FeatureNotSupported(f'schema "{schema}" is not supported; relations live in "public"')
+    body = stmt.args.get("expression")
+    if body is None:
+        raise FeatureNotSupported("CREATE MATERIALIZED VIEW needs AS SELECT ...")
+    q = query_planner.plan_query(body, ctx)
+    if q.param_types:
+        raise FeatureNotSupported("a view's query cannot have parameters")
+    system = [i.system_key for i in q.inputs if i.relation_id is None]
+    if system:
+        raise FeatureNotSupported(f"a materialized view cannot read system tables ({', '.join(system)})")
+    if not q.inputs:
+        raise FeatureNotSupported("a materialized view must read at least one stream, table or view")
+    seen: set[str] = set()
+    columns = []
+    for c in q.columns:
+        if c.name in seen:
+            raise DuplicateColumn(f'column "{c.name}" specified more than once',
+                                  hint="Give the view's columns distinct names with AS.")
+        seen.add(c.name)
+        columns.append(ColumnDef(c.name, c.type))
+    rel = RelationDef(
+        id=0, name=name, kind="materialized_view", columns=tuple(columns),
+        create_sql=sql.strip(), created_at=time.time(),
+        depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None})),
+        extra=((QUERY_SQL, body.sql(dialect="postgres")),),
+    )
+    return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")))

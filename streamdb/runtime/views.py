@@ -1,0 +1,304 @@
+"""Maintains materialized views: an epoch driver whose relational work runs on Spark.
+
+Writes wake the driver. Each epoch takes one storage snapshot per view (in
+dependency order, so a view over a view sees its input's new state), runs the
+view's query on Spark over the inputs at that snapshot, and applies the
+difference from the stored result as one atomic commit: the view's change batch
+(rows with weights), its new state, and the input offsets it now reflects. A
+replayed epoch after a crash recomputes the same result and changes nothing, so
+maintenance is exactly-once. Reads of a view come from its stored state and
+never start a Spark job. See docs/views.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import decimal
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamdb.catalog import CatalogSnapshot, RelationDef
+from streamdb.errors import ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
+from streamdb.planner import query as query_planner
+from streamdb.planner.coerce import coerce
+from streamdb.planner.context import PlanContext, SessionInfo
+from streamdb.planner.create_view import QUERY_SQL
+from streamdb.runtime import changes as C
+from streamdb.runtime.query import arrow_to_rows
+from streamdb.runtime.reader import state_store
+from streamdb.sql.parser import parse_one
+from streamdb.storage.base import Append, Commit
+
+if TYPE_CHECKING:
+    from streamdb.runtime.engine import Engine
+
+log = logging.getLogger("streamdb.views")
+
+META = "meta"
+FLUSH_TIMEOUT_SECONDS = 300
+_SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
+
+
+def meta_key(view_id: int) -> bytes:
+    return f"view:{view_id}".encode()
+
+
+@dataclass
+class ViewStatus:
+    epochs: int = 0
+    last_epoch_ms: float | None = None
+    last_epoch_at: float | None = None
+    rows: int = 0
+    error: str | None = None
+    error_sqlstate: str | None = None
+    processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+def _normalize(v: Any) -> Any:
+    if isinstance(v, decimal.Decimal):
+        return v.normalize() if v.is_finite() else v
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return v.astimezone(dt.UTC)
+    return v
+
+
+def topological(catalog: CatalogSnapshot) -> list[RelationDef]:
+    views = {r.id: r for r in catalog.relations.values() if r.kind == "materialized_view"}
+    order: list[RelationDef] = []
+    seen: set[int] = set()
+
+    def visit(r: RelationDef) -> None:
+        if r.id in seen:
+            return
+        seen.add(r.id)
+        for dep in r.depends_on:
+            if dep in views:
+                visit(views[dep])
+        order.append(r)
+
+    for r in sorted(views.values(), key=lambda r: r.id):
+        visit(r)
+    return order
+
+
+class ViewMaintainer:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.status: dict[int, ViewStatus] = {}
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._epoch_lock = asyncio.Lock()
+
+    def start(self) -> None:
+        self._load_progress()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="view-maintainer")
+        self._wake.set()  # catch up on anything written before a restart
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
+                pass
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def _load_progress(self) -> None:
+        with self.engine.storage.snapshot() as snap:
+            for view in topological(self.engine.catalog.snapshot()):
+                raw = snap.get(META, meta_key(view.id))
+                st = self.status.setdefault(view.id, ViewStatus())
+                if raw:
+                    meta = json.loads(raw)
+                    st.processed = {int(k): tuple(v) for k, v in meta["inputs"].items()}
+                    st.epochs = meta.get("epoch", 0)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(0.01)  # let a burst of writes land in one epoch
+            try:
+                await self.run_epoch()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - keep maintaining; the error is on the view's status
+                log.exception("view maintenance epoch failed")
+            async with self._progress:
+                self._progress.notify_all()
+
+    # ---- one epoch -----------------------------------------------------------------------
+
+    async def run_epoch(self) -> None:
+        async with self._epoch_lock:
+            for view in topological(self.engine.catalog.snapshot()):
+                current = self.engine.catalog.snapshot().by_id(view.id)
+                if current is None:
+                    continue
+                st = self.status.setdefault(view.id, ViewStatus())
+                try:
+                    await asyncio.to_thread(self._maintain, current, st)
+                    st.error = None
+                    st.error_sqlstate = None
+                except StreamDBError as e:
+                    st.error, st.error_sqlstate = e.message, e.sqlstate
+                    log.warning("view %s: %s", view.name, e.message)
+                except Exception as e:  # noqa: BLE001
+                    st.error, st.error_sqlstate = f"{type(e).__name__}: {e}", "XX000"
+                    log.exception("view %s failed", view.name)
+
+    def _input_offsets(self, view: RelationDef, catalog: CatalogSnapshot, snap) -> dict[int, tuple[int, ...]]:
+        out = {}
+        for rel_id in view.depends_on:
+            rel = catalog.by_id(rel_id)
+            if rel is not None:
+                out[rel_id] = self.engine.reader.end_offsets(rel, snap)
+        return out
+
+    def _maintain(self, view: RelationDef, st: ViewStatus) -> None:
+        engine = self.engine
+        catalog = engine.catalog.snapshot()
+        with engine.storage.snapshot() as snap:
+            offsets = self._input_offsets(view, catalog, snap)
+            if offsets == st.processed and st.epochs > 0:
+                return
+            started = time.monotonic()
+            ctx = PlanContext(catalog, _SYSTEM_SESSION)
+            body = parse_one(dict(view.extra)[QUERY_SQL])
+            plan = query_planner.plan_query(body, ctx)
+            tables = {}
+            for inp in plan.inputs:
+                rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
+                if rel is None:
+                    raise ObjectNotInPrerequisiteState(f'an input of view "{view.name}" no longer exists')
+                tables[inp.registered_name] = engine.reader.read_state(rel, snap)
+            spark = engine.spark
+            if spark is None:
+                raise ObjectNotInPrerequisiteState("materialized views need Spark, which is disabled")
+            spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
+            result = spark.run_query(plan.spark_sql, tables)
+            new_rows = Counter(
+                tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(r, view.columns, strict=True))
+                for r in arrow_to_rows(result, plan.columns))
+            old: dict[bytes, tuple[tuple[Any, ...], int]] = {}
+            for key, value in snap.scan(state_store(view.id)):
+                old[key] = C.decode_view_row(value)
+        commit = Commit()
+        changes: list[tuple[tuple[Any, ...], int, bytes]] = []
+        new_by_key = {C.key_of(row): (row, n) for row, n in new_rows.items()}
+        store = state_store(view.id)
+        for key, (row, n) in old.items():
+            m = new_by_key.get(key, (row, 0))[1]
+            if m != n:
+                changes.append((row, m - n, key))
+            if m == 0:
+                commit.deletes.append((store, key))
+        for key, (row, m) in new_by_key.items():
+            n = old.get(key, (row, 0))[1]
+            if key not in old:
+                changes.append((row, m, key))
+            if m != n:
+                commit.puts.append((store, key, C.encode_view_row(row, m)))
+        now = dt.datetime.now(dt.UTC)
+        if changes:
+            payload = C.encode_batch(view, [c[0] for c in changes], [now] * len(changes),
+                                     [c[1] for c in changes], [c[2] for c in changes])
+            commit.appends.append(Append(view.id, 0, payload, len(changes)))
+        epoch = st.epochs + 1
+        meta = {"inputs": {str(k): list(v) for k, v in offsets.items()}, "epoch": epoch}
+        commit.puts.append((META, meta_key(view.id), json.dumps(meta).encode()))
+        # The view may have been dropped while Spark ran: then drop nothing more than the epoch.
+        if engine.catalog.snapshot().by_id(view.id) is None:
+            return
+        engine.storage.commit(commit)
+        st.processed = offsets
+        st.epochs = epoch
+        st.rows = sum(new_rows.values())
+        st.last_epoch_ms = (time.monotonic() - started) * 1000
+        st.last_epoch_at = time.time()
+        if changes and engine.loop is not None:
+            engine.loop.call_soon_threadsafe(self._wake.set)  # views over this view
+
+    # ---- FLUSH and status ----------------------------------------------------------------
+
+    def lag(self, view: RelationDef) -> int:
+        """Input records written but not yet reflected in the view."""
+        st = self.status.get(view.id)
+        catalog = self.engine.catalog.snapshot()
+        with self.engine.storage.snapshot() as snap:
+            current = self._input_offsets(view, catalog, snap)
+        done = st.processed if st else {}
+        return sum(sum(c) - sum(done.get(k, (0,) * len(c))) for k, c in current.items())
+
+    async def flush(self) -> None:
+        """Wait until every view reflects every write acknowledged before this call.
+
+        Base inputs (streams, tables) must reach their offsets as of the call; a view over
+        a view must reach the offsets its input had once that input was itself done.
+        """
+        catalog = self.engine.catalog.snapshot()
+        views = topological(catalog)
+        if not views:
+            return
+        with self.engine.storage.snapshot() as snap:
+            base_targets = {}
+            for v in views:
+                for dep in v.depends_on:
+                    rel = catalog.by_id(dep)
+                    if rel is not None and rel.kind != "materialized_view":
+                        base_targets[dep] = self.engine.reader.end_offsets(rel, snap)
+        done_at: dict[int, tuple[int, ...]] = {}
+        deadline = time.monotonic() + FLUSH_TIMEOUT_SECONDS
+        self._wake.set()
+        while True:
+            pending = []
+            with self.engine.storage.snapshot() as snap:
+                for v in views:
+                    if v.id in done_at:
+                        continue
+                    if self.engine.catalog.snapshot().by_id(v.id) is None:
+                        done_at[v.id] = ()
+                        continue
+                    st = self.status.get(v.id)
+                    if st is not None and st.error is not None:
+                        raise StreamDBError(f'materialized view "{v.name}" failed: {st.error}',
+                                            sqlstate=st.error_sqlstate or "XX000")
+                    target: dict[int, tuple[int, ...]] = {}
+                    ready = True
+                    for dep in v.depends_on:
+                        if dep in base_targets:
+                            target[dep] = base_targets[dep]
+                        elif dep in done_at:
+                            target[dep] = done_at[dep]
+                        else:
+                            ready = False
+                    if ready and st is not None and st.epochs > 0 and _reached(st.processed, target):
+                        done_at[v.id] = self.engine.reader.end_offsets(v, snap)
+                    else:
+                        pending.append(v)
+            if not pending:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise QueryCanceled(f"FLUSH timed out waiting for {', '.join(v.name for v in pending)}")
+            async with self._progress:
+                try:
+                    await asyncio.wait_for(self._progress.wait(), timeout=min(remaining, 1.0))
+                except TimeoutError:
+                    self._wake.set()
+
+
+def _reached(processed: dict[int, tuple[int, ...]], target: dict[int, tuple[int, ...]]) -> bool:
+    for rel_id, offsets in target.items():
+        done = processed.get(rel_id)
+        if done is None or len(done) != len(offsets) or any(d < o for d, o in zip(done, offsets, strict=True)):
+            return False
+    return True
