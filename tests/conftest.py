@@ -101,17 +101,19 @@ def server() -> Iterator[ServerProcess]:
 
 
 @pytest.fixture()
-def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
+def fresh_server() -> Iterator[ServerProcess]:
     """A server of its own, for tests that kill or restart it."""
-    srv = ServerProcess(tmp_path / "data", "fresh")
-    srv.start()
-    try:
-        yield srv
-    finally:
+    # Not pytest's tmp_path: another pytest run on the machine may prune its base directory.
+    with tempfile.TemporaryDirectory(prefix="streamdb-fresh-") as d:
+        srv = ServerProcess(Path(d) / "data", "fresh")
+        srv.start()
         try:
-            srv.stop()
-        except Exception:  # noqa: BLE001 - already dead is fine
-            pass
+            yield srv
+        finally:
+            try:
+                srv.stop()
+            except Exception:  # noqa: BLE001 - already dead is fine
+                pass
 
 
 @pytest.fixture()

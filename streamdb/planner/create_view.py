@@ -26,7 +26,7 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateViewPlan:
     q = query_planner.plan_query(body, ctx)
     if q.param_types:
         raise FeatureNotSupported("a view's query cannot have parameters")
-    system = [i.system_key for i in q.inputs if i.relation_id is None]
+    system = [i.system_key or "" for i in q.inputs if i.relation_id is None]
     if system:
         raise FeatureNotSupported(f"a materialized view cannot read system tables ({', '.join(system)})")
     if not q.inputs:

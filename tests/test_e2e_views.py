@@ -1,0 +1,158 @@
+"""Materialized views through the wire protocol, checked against a batch recomputation.
+
+Every view is compared, after FLUSH, with the same query run as a plain ad hoc query over
+the same data (the embedded engine), while the view itself is maintained on Spark.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+VIEWS = {
+    # aggregates over a table with updates and deletes: groups shrink, vanish, min/max retract
+    "agg": "SELECT grp, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi, avg(v) AS mean "
+           "FROM {t} GROUP BY grp",
+    "having": "SELECT grp, count(*) AS n FROM {t} GROUP BY grp HAVING count(*) > 1",
+    "distinct": "SELECT DISTINCT grp FROM {t}",
+    "count_distinct": "SELECT count(DISTINCT grp) AS groups, count(*) AS n FROM {t}",
+    # linear: filter and projection over a stream
+    "filter": "SELECT k, v * 2 AS doubled FROM {s} WHERE v > 3",
+    # stream-table enrichment, both sides changing
+    "join": "SELECT s.k, t.grp, s.v + t.v AS both_v FROM {s} s JOIN {t} t ON t.id = s.k",
+    "left_join": "SELECT s.k, t.grp FROM {s} s LEFT JOIN {t} t ON t.id = s.k",
+    "full_join": "SELECT s.k AS sk, t.id AS tid FROM {s} s FULL JOIN {t} t ON t.id = s.k",
+    "join_agg": "SELECT t.grp, count(*) AS n, sum(s.v) AS total FROM {s} s JOIN {t} t ON t.id = s.k GROUP BY t.grp",
+    "union_all": "SELECT k AS x FROM {s} UNION ALL SELECT id AS x FROM {t}",
+    "top2": "SELECT grp, id, v FROM (SELECT grp, id, v, ROW_NUMBER() OVER (PARTITION BY grp ORDER BY v DESC, id) "
+            "AS rn FROM {t}) q WHERE rn <= 2",
+}
+
+
+def normalize(rows):
+    def cell(v):
+        if isinstance(v, float):
+            return round(v, 6) if not math.isnan(v) else "nan"
+        if isinstance(v, Decimal):
+            return round(float(v), 6)
+        return v
+    return sorted((tuple(cell(v) for v in r) for r in rows), key=repr)
+
+
+def check_views(conn, names: dict[str, str]) -> None:
+    conn.execute("FLUSH")
+    for view, query in names.items():
+        maintained = normalize(conn.execute(f"SELECT * FROM {view}").fetchall())
+        batch = normalize(conn.execute(query).fetchall())
+        assert maintained == batch, (view, query)
+
+
+def create_all(conn, suffix: str) -> tuple[str, str, dict[str, str]]:
+    t, s = f"vt_{suffix}", f"vs_{suffix}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, grp TEXT, v INT)")
+    conn.execute(f"CREATE STREAM {s} (k INT, v INT)")
+    names = {}
+    for name, sql in VIEWS.items():
+        view = f"mv_{name}_{suffix}"
+        query = sql.format(t=t, s=s)
+        conn.execute(f"CREATE MATERIALIZED VIEW {view} AS {query}")
+        names[view] = query
+    # A view over a view.
+    over = f"mv_over_{suffix}"
+    query = f"SELECT grp, n * 10 AS n10 FROM mv_agg_{suffix} WHERE n > 0"
+    conn.execute(f"CREATE MATERIALIZED VIEW {over} AS {query}")
+    names[over] = query
+    return t, s, names
+
+
+op = st.one_of(
+    st.tuples(st.just("upsert"), st.integers(0, 6), st.sampled_from(["a", "b", "c"]), st.integers(0, 9)),
+    st.tuples(st.just("delete"), st.integers(0, 6)),
+    st.tuples(st.just("update"), st.sampled_from(["a", "b", "c"]), st.integers(-2, 2)),
+    st.tuples(st.just("event"), st.integers(0, 7), st.integers(0, 9)),
+)
+
+_examples = iter(range(10_000))
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(rounds=st.lists(st.lists(op, min_size=1, max_size=8), min_size=1, max_size=3))
+def test_views_equal_batch_recomputation(conn, unique, rounds):
+    suffix = f"{unique}_{next(_examples)}"
+    t, s, names = create_all(conn, suffix)
+    try:
+        check_views(conn, names)  # empty inputs
+        for batch in rounds:
+            for o in batch:
+                if o[0] == "upsert":
+                    conn.execute(f"INSERT INTO {t} VALUES (%s, %s, %s)", o[1:])
+                elif o[0] == "delete":
+                    conn.execute(f"DELETE FROM {t} WHERE id = %s", (o[1],))
+                elif o[0] == "update":
+                    conn.execute(f"UPDATE {t} SET v = v + %s WHERE grp = %s", (o[2], o[1]))
+                else:
+                    conn.execute(f"INSERT INTO {s} VALUES (%s, %s)", o[1:])
+            check_views(conn, names)
+    finally:
+        conn.execute(f"DROP TABLE {t} CASCADE")
+        conn.execute(f"DROP STREAM {s} CASCADE")
+
+
+def test_view_lifecycle_and_introspection(conn, unique):
+    t = f"life_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, plan TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'free'), (2, 'pro'), (3, 'free')")
+    v = f"plans_{unique}"
+    conn.execute(f"CREATE MATERIALIZED VIEW {v} AS SELECT plan, count(*) AS n FROM {t} GROUP BY plan")
+    conn.execute(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {v} AS SELECT 1 AS x FROM {t}")
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT * FROM {v}").fetchall()) == [("free", 2), ("pro", 1)]
+    assert conn.execute(f"SELECT n FROM {v} WHERE plan = 'free'").fetchall() == [(2,)]
+    conn.execute(f"UPDATE {t} SET plan = 'pro' WHERE id = 1")
+    conn.execute("FLUSH")
+    changes = conn.execute(f"SELECT STREAM op, plan, n FROM {v}").fetchall()
+    assert sorted(changes) == sorted([("insert", "free", 2), ("insert", "pro", 1),
+                                      ("delete", "free", 2), ("delete", "pro", 1),
+                                      ("insert", "free", 1), ("insert", "pro", 2)])
+    assert (v, f"SELECT plan, COUNT(*) AS n FROM {t} GROUP BY plan") in conn.execute(
+        "SHOW MATERIALIZED VIEWS").fetchall()
+    queries = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert queries[v][2] == "running" and queries[v][4] == 0 and queries[v][5] == 2
+    plan = "\n".join(r[0] for r in conn.execute(
+        f"EXPLAIN CREATE MATERIALIZED VIEW x_{unique} AS SELECT plan FROM {t}").fetchall())
+    assert "Spark SQL" in plan
+    with pytest.raises(psycopg.errors.DependentObjectsStillExist) as info:
+        conn.execute(f"DROP TABLE {t}")
+    assert v in str(info.value.diag.message_detail)
+    with pytest.raises(psycopg.errors.FeatureNotSupported):
+        conn.execute(f"CREATE MATERIALIZED VIEW bad_{unique} AS SELECT relname FROM pg_class")
+    with pytest.raises(psycopg.errors.WrongObjectType):
+        conn.execute(f"INSERT INTO {v} VALUES ('x', 1)")
+    conn.execute(f"DROP MATERIALIZED VIEW {v}")
+    conn.execute(f"DROP TABLE {t}")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conn.execute(f"SELECT * FROM {v}")
+
+
+def test_views_resume_after_kill_9(fresh_server):
+    srv = fresh_server
+    with srv.connect() as c:
+        c.execute("CREATE STREAM ev (k INT, v INT)")
+        c.execute("CREATE MATERIALIZED VIEW sums AS SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k")
+        c.execute("INSERT INTO ev VALUES " + ", ".join(f"({i % 5}, {i})" for i in range(200)))
+        c.execute("FLUSH")
+        for i in range(200, 260):
+            c.execute("INSERT INTO ev VALUES (%s, %s)", (i % 5, i))
+    srv.kill9()  # with view maintenance likely in flight
+    srv.restart()
+    with srv.connect() as c:
+        c.execute("FLUSH")
+        assert sorted(c.execute("SELECT * FROM sums").fetchall()) == sorted(
+            c.execute("SELECT k, count(*), sum(v) FROM ev GROUP BY k").fetchall())
+        assert c.execute("SELECT sum(n) FROM sums").fetchone()[0] == 260
