@@ -123,7 +123,7 @@ def test_view_lifecycle_and_introspection(conn, unique):
     assert (v, f"SELECT plan, COUNT(*) AS n FROM {t} GROUP BY plan") in conn.execute(
         "SHOW MATERIALIZED VIEWS").fetchall()
     queries = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
-    assert queries[v][2] == "running" and queries[v][4] == 0 and queries[v][5] == 2
+    assert queries[v][2] == "running (recompute)" and queries[v][4] == 0 and queries[v][5] == 2
     plan = "\n".join(r[0] for r in conn.execute(
         f"EXPLAIN CREATE MATERIALIZED VIEW x_{unique} AS SELECT plan FROM {t}").fetchall())
     assert "Spark SQL" in plan

@@ -48,8 +48,9 @@ class QueryPlan(Plan):
     inputs: tuple[RelationInput, ...]
     columns: tuple[Column, ...]
     param_types: tuple[SqlType, ...] = ()
-    # Where a large read would run; the runtime picks by input size.
-    description: str = ""
+    # The query with relations resolved to their registered names (Postgres SQL), for
+    # runtimes that derive further plans from it (the incremental form of a view).
+    resolved_sql: str = ""
 
     def explain(self) -> str:
         lines = ["Query (snapshot read)"]
@@ -87,14 +88,19 @@ class CreateViewPlan(Plan):
     if_not_exists: bool = False
 
     def explain(self) -> str:
+        from streamdb.planner.incremental import linear_delta_sql
+
+        delta = linear_delta_sql(self.query.resolved_sql)
         lines = [f"Materialized view {self.relation.name}",
-                 "  maintenance: epochs driven by writes to its inputs; each epoch recomputes the query",
-                 "  on Spark over the inputs' snapshot and applies the difference to the stored result",
-                 "  (changes logged with weights, so views and subscribers downstream consume deltas)",
+                 "  maintenance: epochs driven by writes to its inputs, run on Spark",
+                 "  strategy: " + ("incremental (linear): the query runs on the inputs' changes only"
+                                   if delta else "recompute: the query runs over the inputs' snapshot and the "
+                                   "difference from the stored result is applied"),
+                 "  changes are logged with weights, so views and subscribers downstream consume deltas",
                  "  reads: served from the stored result, never a Spark job"]
         for i in self.query.inputs:
             lines.append(f"  input {i.registered_name}: relation {i.relation_id}")
-        lines.append(f"  Spark SQL: {self.query.spark_sql}")
+        lines.append(f"  Spark SQL: {delta or self.query.spark_sql}")
         return "\n".join(lines)
 
 

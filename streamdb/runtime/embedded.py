@@ -18,6 +18,11 @@ import pyarrow as pa
 from streamdb import errors
 
 _local = threading.local()
+# Connections are opened only once this is set: the engine clears it while Spark's JVM is
+# being launched, because starting DuckDB's threads during that launch breaks it.
+launch_gate = threading.Event()
+launch_gate.set()
+GATE_TIMEOUT_SECONDS = 60
 
 
 def _setup(con: duckdb.DuckDBPyConnection) -> None:
@@ -35,6 +40,7 @@ def _setup(con: duckdb.DuckDBPyConnection) -> None:
 def connection() -> duckdb.DuckDBPyConnection:
     con = getattr(_local, "con", None)
     if con is None:
+        launch_gate.wait(GATE_TIMEOUT_SECONDS)
         con = duckdb.connect(":memory:")
         _setup(con)
         _local.con = con

@@ -6,10 +6,12 @@ import asyncio
 import itertools
 import logging
 import os
+import threading
 from pathlib import Path
 
 from streamdb.config import Settings
 from streamdb.errors import InvalidCatalogName
+from streamdb.runtime import embedded
 from streamdb.runtime.catalog_store import CatalogStore
 from streamdb.runtime.reader import RelationReader
 from streamdb.runtime.views import ViewMaintainer
@@ -46,7 +48,15 @@ class Engine:
         """Start background work; call from the event loop."""
         self.loop = asyncio.get_running_loop()
         if self.spark is not None:
+            gate = self.spark.gateway_launched
+            embedded.launch_gate.clear()
             self.spark.start_background()
+
+            def open_gate() -> None:
+                gate.wait(embedded.GATE_TIMEOUT_SECONDS)
+                embedded.launch_gate.set()
+
+            threading.Thread(target=open_gate, name="embedded-gate", daemon=True).start()
         self.views.start()
         log.info("catalog version %d with %d relations", self.catalog.snapshot().version,
                  len(self.catalog.snapshot().relations))

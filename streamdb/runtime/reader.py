@@ -137,6 +137,23 @@ class RelationReader:
             self._tables[rel.id] = (offsets, table)
         return table
 
+    def read_delta(self, rel: RelationDef, snap: Snapshot, start: tuple[int, ...]) -> pa.Table:
+        """Changes after `start` (per-partition offsets) up to the snapshot: columns, rowtime, __weight."""
+        parts = []
+        for p in range(rel.partitions):
+            cache, end = self._log_partition(rel, snap, p)
+            begin = start[p] if p < len(start) else 0
+            if rel.schemaless:
+                parts.append(self._schemaless_table(rel, cache.events[begin:end], cache.rowtimes[begin:end]))
+            elif cache.tables and end > begin:
+                parts.append(pa.concat_tables(cache.tables).slice(begin, end - begin))
+        names = [*(c.name for c in rel.columns), C.ROWTIME, C.WEIGHT]
+        if not parts:
+            return C.batch_schema(rel).empty_table().select(names) if not rel.schemaless else \
+                self._schemaless_table(rel, [], []).select(names)
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        return table.select(names)
+
     def read_changes(self, rel: RelationDef, snap: Snapshot) -> pa.Table:
         """The change log: op ('insert' | 'delete'), rowtime, then the columns."""
         log = self._log_table(rel, snap)

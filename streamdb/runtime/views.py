@@ -22,13 +22,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
-from streamdb.errors import ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
+from streamdb.errors import InternalError, ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
 from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.create_view import QUERY_SQL
+from streamdb.planner.incremental import WEIGHT, linear_delta_sql
+from streamdb.planner.plans import QueryPlan
 from streamdb.runtime import changes as C
+from streamdb.runtime.api import Column
 from streamdb.runtime.query import arrow_to_rows
 from streamdb.runtime.reader import state_store
 from streamdb.sql.parser import parse_one
@@ -42,6 +46,7 @@ log = logging.getLogger("streamdb.views")
 META = "meta"
 FLUSH_TIMEOUT_SECONDS = 300
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
+_WEIGHT_COLUMN = Column(WEIGHT, T.BIGINT)
 
 
 def meta_key(view_id: int) -> bytes:
@@ -57,6 +62,7 @@ class ViewStatus:
     error: str | None = None
     error_sqlstate: str | None = None
     processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    incremental: bool = False
 
 
 def _normalize(v: Any) -> Any:
@@ -122,6 +128,14 @@ class ViewMaintainer:
                     st.epochs = meta.get("epoch", 0)
 
     async def _run(self) -> None:
+        spark = self.engine.spark
+        if spark is not None:
+            # Nothing to maintain before Spark is up; starting the embedded engine's threads
+            # while the JVM is being launched has made the launch fail.
+            try:
+                await asyncio.to_thread(spark.wait_ready, FLUSH_TIMEOUT_SECONDS)
+            except StreamDBError as e:
+                log.error("views cannot be maintained: %s", e.message)
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -163,49 +177,75 @@ class ViewMaintainer:
                 out[rel_id] = self.engine.reader.end_offsets(rel, snap)
         return out
 
+    def _plan(self, view: RelationDef, catalog: CatalogSnapshot) -> tuple[QueryPlan, str | None]:
+        """The view's query plan and, when the query is linear, the Spark SQL of its delta."""
+        ctx = PlanContext(catalog, _SYSTEM_SESSION)
+        plan = query_planner.plan_query(parse_one(dict(view.extra)[QUERY_SQL]), ctx)
+        return plan, linear_delta_sql(plan.resolved_sql)
+
+    def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:
+        return tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
+
     def _maintain(self, view: RelationDef, st: ViewStatus) -> None:
         engine = self.engine
         catalog = engine.catalog.snapshot()
+        spark = engine.spark
+        if spark is None:
+            raise ObjectNotInPrerequisiteState("materialized views need Spark, which is disabled")
+        store = state_store(view.id)
         with engine.storage.snapshot() as snap:
             offsets = self._input_offsets(view, catalog, snap)
             if offsets == st.processed and st.epochs > 0:
                 return
             started = time.monotonic()
-            ctx = PlanContext(catalog, _SYSTEM_SESSION)
-            body = parse_one(dict(view.extra)[QUERY_SQL])
-            plan = query_planner.plan_query(body, ctx)
-            tables = {}
+            plan, delta_sql = self._plan(view, catalog)
+            inputs = {}
             for inp in plan.inputs:
                 rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
                 if rel is None:
                     raise ObjectNotInPrerequisiteState(f'an input of view "{view.name}" no longer exists')
-                tables[inp.registered_name] = engine.reader.read_state(rel, snap)
-            spark = engine.spark
-            if spark is None:
-                raise ObjectNotInPrerequisiteState("materialized views need Spark, which is disabled")
+                inputs[inp.registered_name] = rel
             spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
-            result = spark.run_query(plan.spark_sql, tables)
-            new_rows = Counter(
-                tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(r, view.columns, strict=True))
-                for r in arrow_to_rows(result, plan.columns))
-            old: dict[bytes, tuple[tuple[Any, ...], int]] = {}
-            for key, value in snap.scan(state_store(view.id)):
-                old[key] = C.decode_view_row(value)
+            weights: Counter[tuple[Any, ...]] = Counter()
+            if delta_sql is not None:
+                # Linear: run the query on the inputs' changes only, weights carried through.
+                tables = {name: engine.reader.read_delta(rel, snap, st.processed.get(rel.id, ()))
+                          for name, rel in inputs.items()}
+                for r in arrow_to_rows(spark.run_query(delta_sql, tables), (*plan.columns, _WEIGHT_COLUMN)):
+                    weights[self._row(r[:-1], view)] += r[-1]
+                old = {}
+                for row in weights:
+                    key = C.key_of(row)
+                    raw = snap.get(store, key)
+                    if raw is not None:
+                        old[key] = C.decode_view_row(raw)
+                new_by_key = {}
+                for row, w in weights.items():
+                    key = C.key_of(row)
+                    n = old.get(key, (row, 0))[1] + w
+                    if n < 0:
+                        raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')
+                    new_by_key[key] = (row, n)
+            else:
+                # Not linear: recompute on Spark over the inputs' snapshot and diff with the stored result.
+                tables = {name: engine.reader.read_state(rel, snap) for name, rel in inputs.items()}
+                result = spark.run_query(plan.spark_sql, tables)
+                new_rows = Counter(self._row(r, view) for r in arrow_to_rows(result, plan.columns))
+                new_by_key = {C.key_of(row): (row, n) for row, n in new_rows.items()}
+                old = {}
+                for key, value in snap.scan(store):
+                    old[key] = C.decode_view_row(value)
+                    new_by_key.setdefault(key, (old[key][0], 0))
         commit = Commit()
         changes: list[tuple[tuple[Any, ...], int, bytes]] = []
-        new_by_key = {C.key_of(row): (row, n) for row, n in new_rows.items()}
-        store = state_store(view.id)
-        for key, (row, n) in old.items():
-            m = new_by_key.get(key, (row, 0))[1]
-            if m != n:
-                changes.append((row, m - n, key))
-            if m == 0:
-                commit.deletes.append((store, key))
         for key, (row, m) in new_by_key.items():
             n = old.get(key, (row, 0))[1]
-            if key not in old:
-                changes.append((row, m, key))
-            if m != n:
+            if m == n:
+                continue
+            changes.append((row, m - n, key))
+            if m == 0:
+                commit.deletes.append((store, key))
+            else:
                 commit.puts.append((store, key, C.encode_view_row(row, m)))
         now = dt.datetime.now(dt.UTC)
         if changes:
@@ -215,13 +255,14 @@ class ViewMaintainer:
         epoch = st.epochs + 1
         meta = {"inputs": {str(k): list(v) for k, v in offsets.items()}, "epoch": epoch}
         commit.puts.append((META, meta_key(view.id), json.dumps(meta).encode()))
-        # The view may have been dropped while Spark ran: then drop nothing more than the epoch.
+        # The view may have been dropped while Spark ran: then there is nothing to store.
         if engine.catalog.snapshot().by_id(view.id) is None:
             return
         engine.storage.commit(commit)
         st.processed = offsets
         st.epochs = epoch
-        st.rows = sum(new_rows.values())
+        st.rows += sum(c[1] for c in changes)
+        st.incremental = delta_sql is not None
         st.last_epoch_ms = (time.monotonic() - started) * 1000
         st.last_epoch_at = time.time()
         if changes and engine.loop is not None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
+import signal
 import sys
 import threading
 import time
@@ -280,7 +282,13 @@ class SparkRuntime:
     ) -> None:
         self.master = master
         self.app_name = app_name
-        self.work_dir = Path(work_dir)
+        # The JVM of a server killed with -9 can outlive it and still hold its files; each run gets
+        # its own directory, and the previous run's JVM (recorded in jvm.pid) is stopped at start.
+        self.base_dir = Path(work_dir)
+        # Set once the JVM has been launched (or failed to): until then the server keeps other
+        # native thread pools from starting.
+        self.gateway_launched = threading.Event()
+        self.work_dir = self.base_dir / f"run-{os.getpid()}"
         self.conf: dict[str, str] = dict(conf or {})
         self.shuffle_partitions = shuffle_partitions
         # How long run_query waits for a session that is still starting.
@@ -359,10 +367,21 @@ class SparkRuntime:
     def _start(self) -> None:
         t0 = time.monotonic()
         try:
-            spark = self._build_session()
+            # Right after a kill -9 the previous run's JVM may still be exiting, and a new gateway
+            # has been seen to exit at once then (JAVA_GATEWAY_EXITED); a later try succeeds.
+            for attempt in range(3):
+                try:
+                    spark = self._build_session()
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    if "JAVA_GATEWAY_EXITED" not in str(exc) or attempt == 2:
+                        raise
+                    log.warning("Spark gateway exited at start; trying again")
+                    time.sleep(2.0)
         except BaseException as exc:  # noqa: BLE001 - report any failure through status
             msg = _first_line(str(exc)) or type(exc).__name__
             log.error("Spark failed to start: %s", msg)
+            self.gateway_launched.set()
             with self._lock:
                 self._status = FAILED
                 self._error = f"{type(exc).__name__}: {msg}"
@@ -382,7 +401,39 @@ class SparkRuntime:
             log.info("Spark ready in %.1fs (master %s)", self._start_seconds, self.master)
         self._ready.set()
 
+    def _reap_previous_runs(self) -> None:
+        """Stop a JVM left behind by a run that was killed, and remove old run directories."""
+        pid_file = self.base_dir / "jvm.pid"
+        try:
+            old_pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            old_pid = 0
+        if old_pid > 0:
+            try:
+                cmdline = Path(f"/proc/{old_pid}/cmdline").read_bytes()
+            except OSError:
+                cmdline = b""
+            if str(self.base_dir).encode() in cmdline:
+                log.warning("stopping Spark JVM %d left by a previous run", old_pid)
+                try:
+                    os.kill(old_pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for old in self.base_dir.glob("run-*"):
+            if old != self.work_dir:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _record_jvm(self, spark: SparkSession) -> None:
+        proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+        if proc is not None:
+            try:
+                (self.base_dir / "jvm.pid").write_text(str(proc.pid))
+            except OSError:
+                pass
+
     def _build_session(self) -> SparkSession:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self._reap_previous_runs()
         for sub in ("spark-warehouse", "spark-local", "tmp"):
             (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
         (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
@@ -394,12 +445,21 @@ class SparkRuntime:
         logging.getLogger("py4j.clientserver").setLevel(logging.ERROR)
         logging.getLogger("py4j.java_gateway").setLevel(logging.ERROR)
 
+        from pyspark import SparkConf, SparkContext
         from pyspark.sql import SparkSession
 
+        conf = SparkConf().setMaster(self.master).setAppName(self.app_name).setAll(list(self.spark_conf().items()))
+        try:
+            # Launch the JVM first and alone: a launch while the embedded engine's threads start
+            # has been seen to make the JVM exit at once (JAVA_GATEWAY_EXITED).
+            SparkContext._ensure_initialized(conf=conf)
+        finally:
+            self.gateway_launched.set()
         builder = SparkSession.builder.master(self.master).appName(self.app_name)
         for key, value in self.spark_conf().items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
+        self._record_jvm(spark)
         spark.sparkContext.setLogLevel("WARN")
         _quiet_pyspark_loggers()
         # Warm up: the first query pays for codegen/classloading; do it now, not on a client.

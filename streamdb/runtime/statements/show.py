@@ -25,8 +25,12 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
             st = views.status.get(r.id)
             lag = views.lag(r)
             status = "failed" if st and st.error else ("running" if st and st.epochs else "starting")
+            if st and st.epochs and not st.error:
+                status += " (incremental)" if st.incremental else " (recompute)"
+            with ctx.engine.storage.snapshot() as snap:
+                count = ctx.engine.reader.row_count(r, snap)
             rows.append((r.name, "materialized view", status, st.epochs if st else 0, lag,
-                         st.rows if st else 0, st.last_epoch_ms if st else None, st.error if st else None))
+                         count, st.last_epoch_ms if st else None, st.error if st else None))
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "ALL":
         rows = [(r.name, r.kind.replace("_", " ")) for r in rels]

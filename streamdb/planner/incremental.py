@@ -1,0 +1,65 @@
+"""The incremental form of a query, where one exists.
+
+A query built only of linear operators (filter, projection, UNION ALL over single
+relations) commutes with change: Q(R + dR) = Q(R) + Q(dR). Its delta is the same
+query over the inputs' changes, carrying each change's weight through. Other
+queries (aggregates, joins, DISTINCT, windows, LIMIT, time-dependent filters) are
+maintained by recomputing them on Spark and applying the difference.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from streamdb.sql.parser import parse_one
+
+WEIGHT = "__weight"
+
+_NONLINEAR_ARGS = ("group", "having", "distinct", "limit", "offset", "joins", "laterals", "with", "qualify",
+                   "windows", "connect", "pivots")
+_TIME_DEPENDENT = (exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Rand)
+
+
+def _linear_select(select: exp.Select) -> bool:
+    if any(select.args.get(a) for a in _NONLINEAR_ARGS):
+        return False
+    frm = select.args.get("from_") or select.args.get("from")
+    if frm is None or not isinstance(frm.this, exp.Table) or not isinstance(frm.this.this, exp.Identifier):
+        return False
+    for node in select.walk():
+        if node is select:
+            continue
+        if isinstance(node, (exp.AggFunc, exp.Window, exp.Subquery, exp.Select, exp.Exists, *_TIME_DEPENDENT)):
+            return False
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("now", "random", "clock_timestamp"):
+            return False
+    return True
+
+
+def _branches(node: exp.Expression) -> list[exp.Select] | None:
+    if isinstance(node, exp.Select):
+        return [node] if _linear_select(node) else None
+    if isinstance(node, exp.Union) and not node.args.get("distinct"):
+        if node.args.get("order") or node.args.get("limit") or node.args.get("offset"):
+            return None
+        left, right = _branches(node.this), _branches(node.expression)
+        return left + right if left is not None and right is not None else None
+    return None
+
+
+def linear_delta_sql(resolved_sql: str) -> str | None:
+    """Spark SQL computing the query's change (columns + __weight) from its inputs' changes, or None."""
+    ast = parse_one(resolved_sql)
+    if isinstance(ast, exp.Select):
+        ast.set("order", None)
+    branches = _branches(ast)
+    if branches is None:
+        return None
+    for select in branches:
+        frm = select.args.get("from_") or select.args.get("from")
+        assert frm is not None  # checked by _linear_select
+        source = frm.this
+        alias = source.alias_or_name
+        select.select(exp.alias_(exp.column(WEIGHT, table=exp.to_identifier(alias, quoted=True)), WEIGHT),
+                      copy=False)
+    return ast.sql(dialect="spark")
