@@ -34,7 +34,7 @@ lint: install
 
 # Conformance report over RisingWave's sqllogictest files (not part of `make test`).
 slt: install
-	$(BIN)/python -m tests.slt.report ../shared/suites/risingwave/e2e_test
+	scripts/run-slt.sh
 
 clean:
 	rm -rf $(VENV) streamdb-data .pytest_cache .ruff_cache .mypy_cache
