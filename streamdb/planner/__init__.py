@@ -18,6 +18,7 @@ from streamdb.planner import (
     insert,
     session,
     show,
+    subscribe,
     update,
 )
 from streamdb.planner import query as query_planner
@@ -32,6 +33,7 @@ from streamdb.planner.plans import (
     ShowCreatePlan,
     ShowObjectsPlan,
     ShowVariablePlan,
+    SubscribePlan,
 )
 from streamdb.runtime.api import Column
 from streamdb.sql import ast as S
@@ -97,7 +99,7 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         target = node.this
         return FlushPlan(target.name if isinstance(target, exp.Expression) else None)
     if isinstance(node, S.EmitChanges):
-        raise FeatureNotSupported("push queries (EMIT CHANGES) are not yet supported")
+        return subscribe.plan(node.this, ctx)
     if isinstance(node, exp.Command):
         raise FeatureNotSupported(f"{str(node.this).upper()} is not supported")
     raise FeatureNotSupported(f"statement {type(node).__name__} is not supported")
@@ -137,6 +139,8 @@ def result_columns(p: Plan) -> tuple[Column, ...] | None:
         return (Column(p.name, T.TEXT),)
     if isinstance(p, ExplainPlan):
         return EXPLAIN_COLUMNS
+    if isinstance(p, SubscribePlan):
+        return p.columns
     if isinstance(p, CopyToPlan):
         return None
     return None

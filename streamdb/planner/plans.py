@@ -105,6 +105,21 @@ class CreateViewPlan(Plan):
 
 
 @dataclass(frozen=True)
+class SubscribePlan(Plan):
+    """A push query: every change of `query`'s result, as (op, rowtime, *columns) rows."""
+
+    query: QueryPlan
+    delta_sql: str | None  # Spark SQL over the inputs' changes, when the query is linear
+    columns: tuple[Column, ...]
+    snapshot: bool = False  # first send the current result as inserts (SUBSCRIBE), or only changes
+
+    def explain(self) -> str:
+        mode = "incremental (linear)" if self.delta_sql else "recompute and diff"
+        return (f"Push query ({mode}), maintained on Spark by the epoch driver\n"
+                f"  Spark SQL: {self.delta_sql or self.query.spark_sql}")
+
+
+@dataclass(frozen=True)
 class DropPlan(Plan):
     kind: str  # 'stream' | 'table' | 'view' | 'materialized_view' | 'any'
     names: tuple[str, ...]

@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
-from streamdb.errors import UndefinedTable
+from streamdb.errors import UndefinedColumn, UndefinedTable
 from streamdb.planner import pg_functions
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import normalize, position_of, table_name
@@ -73,6 +73,33 @@ class _Resolver:
             return reg, [c for c, _ in cols]
         shown = f"{schema}.{name}" if schema else name
         raise UndefinedTable(f'relation "{shown}" does not exist', position=position_of(table))
+
+
+def _add_unseen_schemaless_columns(ast: exp.Expression, ctx: PlanContext, resolver: _Resolver) -> None:
+    """A schemaless stream has every column: one no event has had yet reads as NULL (text)."""
+    schemaless = {reg: inp for reg, inp in resolver.inputs.items()
+                  if inp.relation_id is not None and (rel := ctx.catalog.by_id(inp.relation_id)) is not None
+                  and rel.schemaless}
+    if not schemaless:
+        return
+    known = {c for inp in resolver.inputs.values() for c, _ in inp.columns}
+    aliases = {normalize(t.args["alias"].this): t.name for t in ast.find_all(exp.Table)
+               if t.args.get("alias") is not None and t.name in schemaless}
+    derived = {normalize(a.this) for a in ast.find_all(exp.Alias) if isinstance(a.args.get("alias"), exp.Identifier)}
+    for col in ast.find_all(exp.Column):
+        if not isinstance(col.this, exp.Identifier):
+            continue
+        name = normalize(col.this)
+        table = normalize(col.args.get("table")) if col.args.get("table") else None
+        if name in known or (table is None and name in derived):
+            continue
+        reg = aliases.get(table) if table else (next(iter(schemaless)) if len(schemaless) == 1 else None)
+        if reg is None:
+            continue
+        inp = resolver.inputs[reg]
+        resolver.inputs[reg] = RelationInput(inp.registered_name, inp.relation_id, None, inp.mode,
+                                             (*inp.columns, (name, T.TEXT)))
+        known.add(name)
 
 
 def _cte_names(ast: exp.Expression) -> set[str]:
@@ -144,6 +171,10 @@ def _expand_stars(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> N
 def _expand_one(alias: str, src: exp.Expression, star_by_alias: dict[str, list[str]]) -> list[exp.Expression]:
     if isinstance(src, exp.Table) and alias in star_by_alias and isinstance(src.this, exp.Identifier) \
             and src.name.startswith(("r", "sys_")):
+        if not star_by_alias[alias]:
+            raise UndefinedColumn(f'"{alias}" has no columns yet, so * selects nothing',
+                                  hint="A schemaless stream's columns are the keys of the events inserted so far: "
+                                       "insert an event first, or name the columns you want.")
         return [exp.column(c, table=alias, quoted=True) for c in star_by_alias[alias]]
     return [exp.Column(this=exp.Star(), table=exp.to_identifier(alias, quoted=True))] if alias else [exp.Star()]
 
@@ -274,6 +305,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     resolver = _Resolver(ctx, mode)
     star_by_alias = _resolve_tables(query, resolver)
     _expand_stars(query, star_by_alias)
+    _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
 
     def column_type(col: exp.Column) -> T.SqlType | None:

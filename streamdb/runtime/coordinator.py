@@ -18,6 +18,7 @@ from streamdb.runtime.statements import (
     select,
     session_stmt,
     show,
+    subscribe,
     update,
 )
 from streamdb.runtime.statements.context import ExecContext
@@ -42,11 +43,18 @@ HANDLERS: dict[type, Handler] = {
     P.NoOpPlan: session_stmt.execute_noop,
     P.ExplainPlan: explain.execute,
     P.FlushPlan: flush.execute,
+    P.SubscribePlan: subscribe.execute,
 }
+
+
+WRITES = (P.InsertPlan, P.UpdatePlan)
 
 
 async def execute(plan: P.Plan, ctx: ExecContext) -> ExecutionResult:
     handler = HANDLERS.get(type(plan))
     if handler is None:
         raise FeatureNotSupported(f"{type(plan).__name__} cannot be executed yet")
-    return await handler(plan, ctx)
+    result = await handler(plan, ctx)
+    if isinstance(plan, WRITES) and ctx.session.implicit_flush():
+        await ctx.engine.flush()
+    return result

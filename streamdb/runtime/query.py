@@ -36,13 +36,23 @@ def gather_inputs(engine: Engine, plan: QueryPlan, session: SessionInfo) -> dict
                 if rel is None:
                     raise UndefinedTable(f"relation {inp.registered_name} was dropped while the query ran")
                 if inp.mode == "changes":
-                    tables[inp.registered_name] = engine.reader.read_changes(rel, snap)
+                    table = engine.reader.read_changes(rel, snap)
                 else:
-                    tables[inp.registered_name] = engine.reader.read_state(rel, snap)
+                    table = engine.reader.read_state(rel, snap)
+                tables[inp.registered_name] = with_planned_columns(table, inp.columns)
             else:
                 assert inp.system_key is not None
                 tables[inp.registered_name] = system_catalog.build_system_table(inp.system_key, catalog, session)
     return tables
+
+
+def with_planned_columns(table: pa.Table, columns: tuple[tuple[str, T.SqlType], ...]) -> pa.Table:
+    """Add the columns the plan expects but the data lacks (a schemaless stream's unseen keys) as NULLs."""
+    present = set(table.column_names)
+    for name, t in columns:
+        if name not in present:
+            table = table.append_column(pa.field(name, t.arrow()), pa.nulls(table.num_rows, t.arrow()))
+    return table
 
 
 def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo) -> tuple[str, list[tuple[Any, ...]]]:

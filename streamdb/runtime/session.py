@@ -69,6 +69,15 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "geqo": "on",
     "work_mem": "4MB",
     "enable_seqscan": "on",
+    # FLUSH after every write, so the next read of a view sees it (RisingWave's RW_IMPLICIT_FLUSH).
+    "implicit_flush": "off",
+    "rw_implicit_flush": "off",
+    # Accepted for RisingWave compatibility; StreamDB sizes its Spark work itself.
+    "streaming_parallelism": "default",
+    "streaming_join_encoding": "default",
+    "rw_streaming_enable_delta_join": "off",
+    "rw_batch_enable_sort_agg": "on",
+    "query_mode": "auto",
 }
 REPORTED = {"server_version": "server_version", "server_encoding": "server_encoding",
             "client_encoding": "client_encoding", "datestyle": "DateStyle", "timezone": "TimeZone",
@@ -137,6 +146,10 @@ class EngineSession:
             raise FeatureNotSupported(f'client encoding "{value}" is not supported; use UTF8')
         self.settings[name] = value
         return {REPORTED[name]: value} if name in REPORTED else {}
+
+    def implicit_flush(self) -> bool:
+        return any(self.settings.get(k, "off").lower() in ("on", "true", "1")
+                   for k in ("implicit_flush", "rw_implicit_flush"))
 
     def reset_all(self) -> None:
         app = self.settings.get("application_name", "")
@@ -208,7 +221,10 @@ class EngineSession:
 
     async def finish_copy_in(self, request: CopyInRequest, data: bytes) -> ExecutionResult:
         try:
-            return await copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self))
+            result = await copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self))
+            if self.implicit_flush():
+                await self.engine.flush()
+            return result
         except StreamDBError:
             self._fail()
             raise

@@ -30,11 +30,12 @@ from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.create_view import QUERY_SQL
 from streamdb.planner.incremental import WEIGHT, linear_delta_sql
-from streamdb.planner.plans import QueryPlan
+from streamdb.planner.plans import QueryPlan, SubscribePlan
 from streamdb.runtime import changes as C
 from streamdb.runtime.api import Column
-from streamdb.runtime.query import arrow_to_rows
+from streamdb.runtime.query import arrow_to_rows, with_planned_columns
 from streamdb.runtime.reader import state_store
+from streamdb.runtime.subscriptions import Subscription
 from streamdb.sql.parser import parse_one
 from streamdb.storage.base import Append, Commit
 
@@ -100,6 +101,7 @@ class ViewMaintainer:
         self._progress = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._epoch_lock = asyncio.Lock()
+        self.subscriptions: dict[int, Subscription] = {}
 
     def start(self) -> None:
         self._load_progress()
@@ -168,6 +170,14 @@ class ViewMaintainer:
                 except Exception as e:  # noqa: BLE001
                     st.error, st.error_sqlstate = f"{type(e).__name__}: {e}", "XX000"
                     log.exception("view %s failed", view.name)
+            for sub in list(self.subscriptions.values()):
+                try:
+                    await asyncio.to_thread(self._advance, sub)
+                except StreamDBError as e:
+                    sub.fail(e)
+                except Exception as e:  # noqa: BLE001
+                    log.exception("push query failed")
+                    sub.fail(InternalError(f"internal error: {type(e).__name__}: {e}"))
 
     def _input_offsets(self, view: RelationDef, catalog: CatalogSnapshot, snap) -> dict[int, tuple[int, ...]]:
         out = {}
@@ -199,6 +209,7 @@ class ViewMaintainer:
                 return
             started = time.monotonic()
             plan, delta_sql = self._plan(view, catalog)
+            columns = {inp.registered_name: inp.columns for inp in plan.inputs}
             inputs = {}
             for inp in plan.inputs:
                 rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
@@ -209,8 +220,8 @@ class ViewMaintainer:
             weights: Counter[tuple[Any, ...]] = Counter()
             if delta_sql is not None:
                 # Linear: run the query on the inputs' changes only, weights carried through.
-                tables = {name: engine.reader.read_delta(rel, snap, st.processed.get(rel.id, ()))
-                          for name, rel in inputs.items()}
+                tables = {name: with_planned_columns(engine.reader.read_delta(rel, snap, st.processed.get(rel.id, ())),
+                                                     columns[name]) for name, rel in inputs.items()}
                 for r in arrow_to_rows(spark.run_query(delta_sql, tables), (*plan.columns, _WEIGHT_COLUMN)):
                     weights[self._row(r[:-1], view)] += r[-1]
                 old = {}
@@ -228,7 +239,8 @@ class ViewMaintainer:
                     new_by_key[key] = (row, n)
             else:
                 # Not linear: recompute on Spark over the inputs' snapshot and diff with the stored result.
-                tables = {name: engine.reader.read_state(rel, snap) for name, rel in inputs.items()}
+                tables = {name: with_planned_columns(engine.reader.read_state(rel, snap), columns[name])
+                          for name, rel in inputs.items()}
                 result = spark.run_query(plan.spark_sql, tables)
                 new_rows = Counter(self._row(r, view) for r in arrow_to_rows(result, plan.columns))
                 new_by_key = {C.key_of(row): (row, n) for row, n in new_rows.items()}
@@ -267,6 +279,74 @@ class ViewMaintainer:
         st.last_epoch_at = time.time()
         if changes and engine.loop is not None:
             engine.loop.call_soon_threadsafe(self._wake.set)  # views over this view
+
+    # ---- push queries --------------------------------------------------------------------
+
+    def subscribe(self, plan: SubscribePlan) -> Subscription:
+        sub = Subscription(plan, asyncio.get_running_loop())
+        if plan.delta_sql is not None and not plan.snapshot:
+            # Only changes from now on: start from the inputs' current ends.
+            catalog = self.engine.catalog.snapshot()
+            with self.engine.storage.snapshot() as snap:
+                for inp in plan.query.inputs:
+                    rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
+                    if rel is not None:
+                        sub.processed[rel.id] = self.engine.reader.end_offsets(rel, snap)
+            sub.started = True
+        self.subscriptions[sub.id] = sub
+        self._wake.set()
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        sub.closed = True
+        self.subscriptions.pop(sub.id, None)
+
+    def _advance(self, sub: Subscription) -> None:
+        """Compute a subscription's changes since its last epoch (in a worker thread)."""
+        engine = self.engine
+        spark = engine.spark
+        if spark is None:
+            raise ObjectNotInPrerequisiteState("push queries need Spark, which is disabled")
+        catalog = engine.catalog.snapshot()
+        plan = sub.plan
+        with engine.storage.snapshot() as snap:
+            inputs = {}
+            offsets = {}
+            columns = {inp.registered_name: inp.columns for inp in plan.query.inputs}
+            for inp in plan.query.inputs:
+                rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
+                if rel is None:
+                    raise ObjectNotInPrerequisiteState("an input of the push query was dropped")
+                inputs[inp.registered_name] = rel
+                offsets[rel.id] = engine.reader.end_offsets(rel, snap)
+            if sub.started and offsets == sub.processed:
+                return
+            spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
+            started = time.monotonic()
+            changes: list[tuple[tuple[Any, ...], int]] = []
+            if plan.delta_sql is not None:
+                tables = {name: with_planned_columns(engine.reader.read_delta(rel, snap, sub.processed.get(rel.id, ())),
+                                                     columns[name]) for name, rel in inputs.items()}
+                weights: Counter[tuple[Any, ...]] = Counter()
+                for r in arrow_to_rows(spark.run_query(plan.delta_sql, tables),
+                                       (*plan.query.columns, _WEIGHT_COLUMN)):
+                    weights[tuple(_normalize(v) for v in r[:-1])] += r[-1]
+                changes = [(row, w) for row, w in weights.items() if w]
+            else:
+                tables = {name: with_planned_columns(engine.reader.read_state(rel, snap), columns[name])
+                          for name, rel in inputs.items()}
+                result = Counter(tuple(_normalize(v) for v in r) for r in arrow_to_rows(
+                    spark.run_query(plan.query.spark_sql, tables), plan.query.columns))
+                previous = sub.previous if sub.previous is not None else Counter()
+                if sub.started or plan.snapshot:
+                    changes = [(row, result[row] - previous[row]) for row in (result | previous)
+                               if result[row] != previous[row]]
+                sub.previous = result
+        sub.processed = offsets
+        sub.started = True
+        sub.epochs += 1
+        sub.last_epoch_ms = (time.monotonic() - started) * 1000
+        sub.deliver(changes, dt.datetime.now(dt.UTC))
 
     # ---- FLUSH and status ----------------------------------------------------------------
 

@@ -31,6 +31,11 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
                 count = ctx.engine.reader.row_count(r, snap)
             rows.append((r.name, "materialized view", status, st.epochs if st else 0, lag,
                          count, st.last_epoch_ms if st else None, st.error if st else None))
+        for sub in list(views.subscriptions.values()):
+            status = "failed" if sub.error else ("running" if sub.started else "starting")
+            status += " (incremental)" if sub.plan.delta_sql else " (recompute)"
+            rows.append((f"push query {sub.id}", "push query", status, sub.epochs, None, sub.buffered,
+                         sub.last_epoch_ms, sub.error.message if sub.error else None))
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "ALL":
         rows = [(r.name, r.kind.replace("_", " ")) for r in rels]

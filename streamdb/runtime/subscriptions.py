@@ -1,0 +1,78 @@
+"""Push queries: each change of a query's result, sent to the client as it happens.
+
+A subscription is maintained like a view, by the same epoch driver and on Spark,
+but its result lives in memory and its changes go to a bounded queue that the
+wire layer drains. Linear queries run on their inputs' changes only; others are
+recomputed and diffed with the previous result. A subscriber that falls more than
+`MAX_BUFFERED_CHANGES` behind gets a clear error instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamdb.errors import StreamDBError
+from streamdb.planner.plans import SubscribePlan
+
+MAX_BUFFERED_CHANGES = 100_000
+
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Subscription:
+    plan: SubscribePlan
+    loop: asyncio.AbstractEventLoop
+    id: int = field(default_factory=lambda: next(_ids))
+    processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    previous: Counter[tuple[Any, ...]] | None = None  # recompute mode: the last result
+    started: bool = False
+    buffered: int = 0
+    epochs: int = 0
+    last_epoch_ms: float | None = None
+    error: StreamDBError | None = None
+    closed: bool = False
+    _queue: asyncio.Queue[list[tuple[Any, ...]] | None] = field(default_factory=asyncio.Queue)
+
+    def deliver(self, changes: list[tuple[tuple[Any, ...], int]], at: dt.datetime) -> None:
+        """From the maintainer's thread: queue the changes as (op, rowtime, *row) rows."""
+        rows: list[tuple[Any, ...]] = []
+        for row, weight in changes:
+            op = "insert" if weight > 0 else "delete"
+            rows.extend([(op, at, *row)] * abs(weight))
+        if rows:
+            self.loop.call_soon_threadsafe(self._push, rows)
+
+    def fail(self, error: StreamDBError) -> None:
+        self.loop.call_soon_threadsafe(self._fail, error)
+
+    def _push(self, rows: list[tuple[Any, ...]]) -> None:
+        if self.closed:
+            return
+        if self.buffered + len(rows) > MAX_BUFFERED_CHANGES:
+            self._fail(StreamDBError(
+                f"subscriber too slow: more than {MAX_BUFFERED_CHANGES} changes waiting to be read",
+                sqlstate="53000", hint="Read results faster, or subscribe to a narrower query."))
+            return
+        self.buffered += len(rows)
+        self._queue.put_nowait(rows)
+
+    def _fail(self, error: StreamDBError) -> None:
+        if not self.closed:
+            self.error = error
+            self._queue.put_nowait(None)
+
+    async def batches(self) -> AsyncIterator[list[tuple[Any, ...]]]:
+        while True:
+            rows = await self._queue.get()
+            if rows is None:
+                assert self.error is not None
+                raise self.error
+            self.buffered -= len(rows)
+            yield rows
