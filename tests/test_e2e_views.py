@@ -156,3 +156,28 @@ def test_views_resume_after_kill_9(fresh_server):
         assert sorted(c.execute("SELECT * FROM sums").fetchall()) == sorted(
             c.execute("SELECT k, count(*), sum(v) FROM ev GROUP BY k").fetchall())
         assert c.execute("SELECT sum(n) FROM sums").fetchone()[0] == 260
+
+
+def test_window_table_functions(conn, unique):
+    s = f"bids_{unique}"
+    conn.execute(f"CREATE STREAM {s} (auction INT, price INT, date_time TIMESTAMP)")
+    conn.execute(f"INSERT INTO {s} VALUES (1, 10, '2024-01-01 00:00:01'), (1, 20, '2024-01-01 00:00:09'), "
+                 f"(2, 5, '2024-01-01 00:00:12'), (1, 7, '2024-01-01 00:00:15')")
+    tumble = (f"SELECT window_start, window_end, auction, count(*) AS n, max(price) AS top "
+              f"FROM TUMBLE({s}, date_time, INTERVAL '10' SECOND) GROUP BY window_start, window_end, auction")
+    hop = (f"SELECT window_start, window_end, count(*) AS n "
+           f"FROM HOP({s}, date_time, INTERVAL '5' SECOND, INTERVAL '10' SECOND) GROUP BY window_start, window_end")
+    t0 = __import__("datetime").datetime(2024, 1, 1)
+    sec = __import__("datetime").timedelta(seconds=1)
+    assert sorted(conn.execute(tumble).fetchall()) == [
+        (t0, t0 + 10 * sec, 1, 2, 20), (t0 + 10 * sec, t0 + 20 * sec, 1, 1, 7), (t0 + 10 * sec, t0 + 20 * sec, 2, 1, 5)]
+    assert sorted(conn.execute(hop).fetchall()) == [
+        (t0 - 5 * sec, t0 + 5 * sec, 1), (t0, t0 + 10 * sec, 2), (t0 + 5 * sec, t0 + 15 * sec, 2),
+        (t0 + 10 * sec, t0 + 20 * sec, 2), (t0 + 15 * sec, t0 + 25 * sec, 1)]
+    names = {f"tw_{unique}": tumble, f"hw_{unique}": hop}
+    for view, query in names.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {view} AS {query}")
+    check_views(conn, names)
+    conn.execute(f"INSERT INTO {s} VALUES (3, 1, '2024-01-01 00:00:19'), (3, 2, '2024-01-01 00:00:31')")
+    check_views(conn, names)
+    conn.execute(f"DROP STREAM {s} CASCADE")

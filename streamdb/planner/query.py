@@ -18,6 +18,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.plans import QueryPlan, RelationInput
 from streamdb.planner.typing import describe_query
+from streamdb.planner.windows import expand_window_functions
 from streamdb.runtime import system_catalog
 from streamdb.runtime.api import Column
 
@@ -302,6 +303,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
                declared_params: list[T.SqlType | None] | None = None) -> QueryPlan:
     mode = "changes" if changes else "state"
     query = ast.copy()
+    expand_window_functions(query, ctx)
     resolver = _Resolver(ctx, mode)
     star_by_alias = _resolve_tables(query, resolver)
     _expand_stars(query, star_by_alias)
