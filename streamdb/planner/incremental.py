@@ -47,6 +47,10 @@ def _branches(node: exp.Expression) -> list[exp.Select] | None:
     return None
 
 
+def delta_name(registered_name: str) -> str:
+    return f"{registered_name}_delta"
+
+
 def linear_delta_sql(resolved_sql: str) -> str | None:
     """Spark SQL computing the query's change (columns + __weight) from its inputs' changes, or None."""
     ast = parse_one(resolved_sql)
@@ -60,6 +64,11 @@ def linear_delta_sql(resolved_sql: str) -> str | None:
         assert frm is not None  # checked by _linear_select
         source = frm.this
         alias = source.alias_or_name
+        # The changes are registered beside the full relation, so one Spark session can serve
+        # both incremental and recomputed views in the same epoch.
+        source.set("this", exp.to_identifier(delta_name(source.name)))
+        if not source.args.get("alias"):
+            source.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
         select.select(exp.alias_(exp.column(WEIGHT, table=exp.to_identifier(alias, quoted=True)), WEIGHT),
                       copy=False)
     return ast.sql(dialect="spark")

@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import InternalError, ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
@@ -29,7 +31,7 @@ from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.create_view import QUERY_SQL
-from streamdb.planner.incremental import WEIGHT, linear_delta_sql
+from streamdb.planner.incremental import WEIGHT, delta_name, linear_delta_sql
 from streamdb.planner.plans import QueryPlan, SubscribePlan
 from streamdb.runtime import changes as C
 from streamdb.runtime.api import Column
@@ -72,6 +74,32 @@ def _normalize(v: Any) -> Any:
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC)
     return v
+
+
+@dataclass
+class _Work:
+    view: RelationDef
+    st: ViewStatus
+    plan: QueryPlan
+    delta_sql: str | None
+    offsets: dict[int, tuple[int, ...]]
+    tables: dict[str, pa.Table]
+    started: float
+
+    @property
+    def sql(self) -> str:
+        return self.delta_sql or self.plan.spark_sql
+
+
+def levels(views: list[RelationDef]) -> list[list[RelationDef]]:
+    """Views grouped so each group depends only on earlier groups (views in topological order)."""
+    depth: dict[int, int] = {}
+    for v in views:
+        depth[v.id] = 1 + max((depth[d] for d in v.depends_on if d in depth), default=-1)
+    grouped: dict[int, list[RelationDef]] = {}
+    for v in views:
+        grouped.setdefault(depth[v.id], []).append(v)
+    return [grouped[k] for k in sorted(grouped)]
 
 
 def topological(catalog: CatalogSnapshot) -> list[RelationDef]:
@@ -155,21 +183,8 @@ class ViewMaintainer:
 
     async def run_epoch(self) -> None:
         async with self._epoch_lock:
-            for view in topological(self.engine.catalog.snapshot()):
-                current = self.engine.catalog.snapshot().by_id(view.id)
-                if current is None:
-                    continue
-                st = self.status.setdefault(view.id, ViewStatus())
-                try:
-                    await asyncio.to_thread(self._maintain, current, st)
-                    st.error = None
-                    st.error_sqlstate = None
-                except StreamDBError as e:
-                    st.error, st.error_sqlstate = e.message, e.sqlstate
-                    log.warning("view %s: %s", view.name, e.message)
-                except Exception as e:  # noqa: BLE001
-                    st.error, st.error_sqlstate = f"{type(e).__name__}: {e}", "XX000"
-                    log.exception("view %s failed", view.name)
+            for level in levels(topological(self.engine.catalog.snapshot())):
+                await asyncio.to_thread(self._maintain_level, level)
             for sub in list(self.subscriptions.values()):
                 try:
                     await asyncio.to_thread(self._advance, sub)
@@ -196,55 +211,100 @@ class ViewMaintainer:
     def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:
         return tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
 
-    def _maintain(self, view: RelationDef, st: ViewStatus) -> None:
+    def _maintain_level(self, level: list[RelationDef]) -> None:
+        """One epoch for views that do not depend on each other: their queries share the
+        inputs' DataFrames and run as concurrent jobs in one Spark session."""
         engine = self.engine
         catalog = engine.catalog.snapshot()
+        work: list[_Work] = []
+        with engine.storage.snapshot() as snap:
+            for view in level:
+                st = self.status.setdefault(view.id, ViewStatus())
+                try:
+                    item = self._prepare(view, st, catalog, snap)
+                except StreamDBError as e:
+                    self._record_error(view, st, e)
+                    continue
+                if item is not None:
+                    work.append(item)
+        if not work:
+            return
         spark = engine.spark
         if spark is None:
-            raise ObjectNotInPrerequisiteState("materialized views need Spark, which is disabled")
-        store = state_store(view.id)
-        with engine.storage.snapshot() as snap:
-            offsets = self._input_offsets(view, catalog, snap)
-            if offsets == st.processed and st.epochs > 0:
-                return
-            started = time.monotonic()
-            plan, delta_sql = self._plan(view, catalog)
-            columns = {inp.registered_name: inp.columns for inp in plan.inputs}
-            inputs = {}
-            for inp in plan.inputs:
-                rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
-                if rel is None:
-                    raise ObjectNotInPrerequisiteState(f'an input of view "{view.name}" no longer exists')
-                inputs[inp.registered_name] = rel
+            for item in work:
+                self._record_error(item.view, item.st, ObjectNotInPrerequisiteState(
+                    "materialized views need Spark, which is disabled"))
+            return
+        tables: dict[str, pa.Table] = {}
+        for item in work:
+            tables.update(item.tables)
+        try:
             spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
-            weights: Counter[tuple[Any, ...]] = Counter()
+            results: list[pa.Table | StreamDBError] = spark.run_queries([w.sql for w in work], tables)
+        except StreamDBError as e:
+            results = [e] * len(work)
+        for item, result in zip(work, results, strict=True):
+            try:
+                if isinstance(result, StreamDBError):
+                    raise result
+                self._apply(item, result)
+                item.st.error = None
+                item.st.error_sqlstate = None
+            except StreamDBError as e:
+                self._record_error(item.view, item.st, e)
+            except Exception as e:  # noqa: BLE001
+                log.exception("view %s failed", item.view.name)
+                self._record_error(item.view, item.st, InternalError(f"{type(e).__name__}: {e}"))
+
+    def _record_error(self, view: RelationDef, st: ViewStatus, e: StreamDBError) -> None:
+        st.error, st.error_sqlstate = e.message, e.sqlstate
+        log.warning("view %s: %s", view.name, e.message)
+
+    def _prepare(self, view: RelationDef, st: ViewStatus, catalog: CatalogSnapshot, snap) -> _Work | None:
+        """What a view's epoch needs: its inputs (or their changes) at this snapshot, and its SQL."""
+        offsets = self._input_offsets(view, catalog, snap)
+        if offsets == st.processed and st.epochs > 0:
+            return None
+        started = time.monotonic()
+        plan, delta_sql = self._plan(view, catalog)
+        tables: dict[str, pa.Table] = {}
+        for inp in plan.inputs:
+            rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
+            if rel is None:
+                raise ObjectNotInPrerequisiteState(f'an input of view "{view.name}" no longer exists')
             if delta_sql is not None:
-                # Linear: run the query on the inputs' changes only, weights carried through.
-                tables = {name: with_planned_columns(engine.reader.read_delta(rel, snap, st.processed.get(rel.id, ())),
-                                                     columns[name]) for name, rel in inputs.items()}
-                for r in arrow_to_rows(spark.run_query(delta_sql, tables), (*plan.columns, _WEIGHT_COLUMN)):
+                # Linear: the query runs on the inputs' changes only, weights carried through.
+                delta = self.engine.reader.read_delta(rel, snap, st.processed.get(rel.id, ()))
+                tables[delta_name(inp.registered_name)] = with_planned_columns(delta, inp.columns)
+            else:
+                tables[inp.registered_name] = with_planned_columns(self.engine.reader.read_state(rel, snap),
+                                                                   inp.columns)
+        return _Work(view, st, plan, delta_sql, offsets, tables, started)
+
+    def _apply(self, item: _Work, result: pa.Table) -> None:
+        """Turn a query result into the view's changes; commit them with the offsets they reflect."""
+        engine = self.engine
+        view, st = item.view, item.st
+        store = state_store(view.id)
+        old: dict[bytes, tuple[tuple[Any, ...], int]] = {}
+        new_by_key: dict[bytes, tuple[tuple[Any, ...], int]] = {}
+        with engine.storage.snapshot() as snap:
+            if item.delta_sql is not None:
+                weights: Counter[tuple[Any, ...]] = Counter()
+                for r in arrow_to_rows(result, (*item.plan.columns, _WEIGHT_COLUMN)):
                     weights[self._row(r[:-1], view)] += r[-1]
-                old = {}
-                for row in weights:
+                for row, w in weights.items():
                     key = C.key_of(row)
                     raw = snap.get(store, key)
                     if raw is not None:
                         old[key] = C.decode_view_row(raw)
-                new_by_key = {}
-                for row, w in weights.items():
-                    key = C.key_of(row)
                     n = old.get(key, (row, 0))[1] + w
                     if n < 0:
                         raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')
                     new_by_key[key] = (row, n)
             else:
-                # Not linear: recompute on Spark over the inputs' snapshot and diff with the stored result.
-                tables = {name: with_planned_columns(engine.reader.read_state(rel, snap), columns[name])
-                          for name, rel in inputs.items()}
-                result = spark.run_query(plan.spark_sql, tables)
-                new_rows = Counter(self._row(r, view) for r in arrow_to_rows(result, plan.columns))
+                new_rows = Counter(self._row(r, view) for r in arrow_to_rows(result, item.plan.columns))
                 new_by_key = {C.key_of(row): (row, n) for row, n in new_rows.items()}
-                old = {}
                 for key, value in snap.scan(store):
                     old[key] = C.decode_view_row(value)
                     new_by_key.setdefault(key, (old[key][0], 0))
@@ -265,17 +325,16 @@ class ViewMaintainer:
                                      [c[1] for c in changes], [c[2] for c in changes])
             commit.appends.append(Append(view.id, 0, payload, len(changes)))
         epoch = st.epochs + 1
-        meta = {"inputs": {str(k): list(v) for k, v in offsets.items()}, "epoch": epoch}
+        meta = {"inputs": {str(k): list(v) for k, v in item.offsets.items()}, "epoch": epoch}
         commit.puts.append((META, meta_key(view.id), json.dumps(meta).encode()))
         # The view may have been dropped while Spark ran: then there is nothing to store.
         if engine.catalog.snapshot().by_id(view.id) is None:
             return
         engine.storage.commit(commit)
-        st.processed = offsets
+        st.processed = item.offsets
         st.epochs = epoch
-        st.rows += sum(c[1] for c in changes)
-        st.incremental = delta_sql is not None
-        st.last_epoch_ms = (time.monotonic() - started) * 1000
+        st.incremental = item.delta_sql is not None
+        st.last_epoch_ms = (time.monotonic() - item.started) * 1000
         st.last_epoch_at = time.time()
         if changes and engine.loop is not None:
             engine.loop.call_soon_threadsafe(self._wake.set)  # views over this view
@@ -325,8 +384,9 @@ class ViewMaintainer:
             started = time.monotonic()
             changes: list[tuple[tuple[Any, ...], int]] = []
             if plan.delta_sql is not None:
-                tables = {name: with_planned_columns(engine.reader.read_delta(rel, snap, sub.processed.get(rel.id, ())),
-                                                     columns[name]) for name, rel in inputs.items()}
+                tables = {delta_name(name): with_planned_columns(
+                    engine.reader.read_delta(rel, snap, sub.processed.get(rel.id, ())), columns[name])
+                    for name, rel in inputs.items()}
                 weights: Counter[tuple[Any, ...]] = Counter()
                 for r in arrow_to_rows(spark.run_query(plan.delta_sql, tables),
                                        (*plan.query.columns, _WEIGHT_COLUMN)):

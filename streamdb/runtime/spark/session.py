@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -549,6 +550,53 @@ class SparkRuntime:
                     self._queries_failed += 1
                 self._query_seconds += elapsed
                 self._last_query_seconds = elapsed
+
+    def run_queries(self, sqls: list[str], tables: dict[str, pa.Table],
+                    parallelism: int = 4) -> list[pa.Table | StreamDBError]:
+        """Run several queries over the same inputs: each input becomes a DataFrame once (the
+        main cost of a small query), then the queries run as concurrent Spark jobs. Each result
+        is an Arrow table or the StreamDBError its query raised."""
+        if not sqls:
+            return []
+        root = self.session()
+        t0 = time.monotonic()
+        with self._lock:
+            self._active += 1
+        try:
+            spark = root.newSession()
+            for name, table in tables.items():
+                if not _IDENT.match(name):
+                    raise InternalError(f"invalid temp view name for Spark: {name!r}")
+                spark.createDataFrame(_to_spark_arrow(table), schema=_spark_schema(table)).createOrReplaceTempView(
+                    name)
+
+            def one(sql: str) -> pa.Table | StreamDBError:
+                try:
+                    return _from_spark_arrow(spark.sql(sql).toArrow())
+                except StreamDBError as exc:
+                    return exc
+                except Exception as exc:  # noqa: BLE001 - everything becomes a StreamDBError
+                    return translate_spark_error(exc)
+
+            if len(sqls) == 1:
+                results = [one(sqls[0])]
+            else:
+                with ThreadPoolExecutor(max_workers=min(parallelism, len(sqls))) as pool:
+                    results = list(pool.map(one, sqls))
+        except StreamDBError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise translate_spark_error(exc) from None
+        finally:
+            elapsed = time.monotonic() - t0
+            with self._lock:
+                self._active -= 1
+                self._queries_run += len(sqls)
+                self._query_seconds += elapsed
+                self._last_query_seconds = elapsed
+        with self._lock:
+            self._queries_failed += sum(isinstance(r, StreamDBError) for r in results)
+        return results
 
     def _run(self, root: SparkSession, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         spark = root.newSession()
