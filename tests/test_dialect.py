@@ -499,3 +499,12 @@ def test_unsupported_syntax_is_not_logged(caplog: pytest.LogCaptureFixture) -> N
     with pytest.raises(SyntaxErrorSQL):
         parse_statements("CREATE FOO x")
     assert "unsupported syntax" not in caplog.text
+
+
+def test_append_only_table_round_trip() -> None:
+    tree = parse_one("CREATE TABLE t (v1 INT, v2 INT) APPEND ONLY")
+    generated = generate(tree)
+    assert generated == "CREATE TABLE t (v1 INT, v2 INT) WITH (append_only=TRUE)"
+    again = parse_one(generated)
+    props = {p.name: p.args["value"] for p in again.args["properties"].expressions}
+    assert "append_only" in props

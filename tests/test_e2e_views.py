@@ -181,3 +181,26 @@ def test_window_table_functions(conn, unique):
     conn.execute(f"INSERT INTO {s} VALUES (3, 1, '2024-01-01 00:00:19'), (3, 2, '2024-01-01 00:00:31')")
     check_views(conn, names)
     conn.execute(f"DROP STREAM {s} CASCADE")
+
+
+def test_constant_views_append_only_tables_and_failing_views(conn, unique):
+    c = f"consts_{unique}"
+    conn.execute(f"CREATE MATERIALIZED VIEW {c} AS VALUES (233, 'risingwave'), (233, 'risingwave')")
+    t = f"ao_{unique}"
+    conn.execute(f"CREATE TABLE {t} (v INT) APPEND ONLY")
+    conn.execute(f"INSERT INTO {t} VALUES (1), (0)")
+    with pytest.raises(psycopg.errors.WrongObjectType):
+        conn.execute(f"DELETE FROM {t}")
+    good, bad = f"good_{unique}", f"bad_{unique}"
+    conn.execute(f"CREATE MATERIALIZED VIEW {good} AS SELECT count(*) AS n FROM {t}")
+    conn.execute(f"CREATE MATERIALIZED VIEW {bad} AS SELECT 10 / v AS q FROM {t}")
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("FLUSH")  # the failing view is reported, the others are brought up to date
+    assert any(bad in n for n in notices)
+    assert conn.execute(f"SELECT * FROM {c}").fetchall() == [(233, "risingwave"), (233, "risingwave")]
+    assert conn.execute(f"SELECT n FROM {good}").fetchall() == [(2,)]
+    status = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert status[bad][2] == "failed" and "zero" in status[bad][7]
+    conn.execute(f"DROP TABLE {t} CASCADE")
+    conn.execute(f"DROP MATERIALIZED VIEW {c}")

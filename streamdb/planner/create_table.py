@@ -62,6 +62,7 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateRelationPlan:
     rel = RelationDef(
         id=0, name=name, kind="table", columns=columns, primary_key=tuple(pk),
         partitions=opts.partitions, create_sql=sql.strip(), created_at=time.time(),
+        extra=(("append_only", True),) if opts.append_only else (),
     )
     return CreateRelationPlan(rel, if_not_exists=bool(stmt.args.get("exists")),
                               or_replace=bool(stmt.args.get("replace")))

@@ -29,8 +29,9 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateViewPlan:
     system = [i.system_key or "" for i in q.inputs if i.relation_id is None]
     if system:
         raise FeatureNotSupported(f"a materialized view cannot read system tables ({', '.join(system)})")
-    if not q.inputs:
-        raise FeatureNotSupported("a materialized view must read at least one stream, table or view")
+    for join in body.find_all(exp.Join):
+        if str(join.args.get("method") or "").upper() == "ASOF":
+            raise FeatureNotSupported("ASOF joins are not supported in materialized views (Spark has none)")
     seen: set[str] = set()
     columns = []
     for c in q.columns:

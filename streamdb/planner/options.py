@@ -36,6 +36,7 @@ class TableOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     partitions: int = Field(1, ge=1, le=1024)
+    append_only: bool = False  # RisingWave's APPEND ONLY: inserts only, no UPDATE or DELETE
     value_format: str = Field("json", alias="format")
 
 

@@ -20,5 +20,6 @@ def plan(query: exp.Expression, ctx: PlanContext, *, snapshot: bool = False) -> 
     if any(i.relation_id is None for i in q.inputs):
         raise FeatureNotSupported("push queries over system tables are not supported")
     if not q.inputs:
-        raise FeatureNotSupported("a push query must read at least one stream, table or view")
+        raise FeatureNotSupported("a push query must read at least one stream, table or view",
+                                  hint="A query over constants never changes.")
     return SubscribePlan(q, linear_delta_sql(q.resolved_sql), (*CHANGE_COLUMNS, *q.columns), snapshot)

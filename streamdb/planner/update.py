@@ -20,6 +20,9 @@ def _target(stmt: exp.Expression, ctx: PlanContext, verb: str):
                             hint="Use a table (CREATE TABLE ... PRIMARY KEY) for rows that change.")
     if rel.kind != "table":
         raise StreamDBError(f'cannot {verb} {rel.kind.replace("_", " ")} "{rel.name}"', sqlstate="42809")
+    if dict(rel.extra).get("append_only"):
+        raise StreamDBError(f'cannot {verb} append-only table "{rel.name}"', sqlstate="42809",
+                            hint="An APPEND ONLY table accepts inserts only.")
     if stmt.args.get("returning"):
         raise FeatureNotSupported(f"{verb.upper()} ... RETURNING is not yet supported")
     return rel, table

@@ -56,5 +56,5 @@ async def execute(plan: P.Plan, ctx: ExecContext) -> ExecutionResult:
         raise FeatureNotSupported(f"{type(plan).__name__} cannot be executed yet")
     result = await handler(plan, ctx)
     if isinstance(plan, WRITES) and ctx.session.implicit_flush():
-        await ctx.engine.flush()
+        result.notices.extend(await ctx.engine.flush())
     return result

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from streamdb.config import Settings
-from streamdb.errors import InvalidCatalogName
+from streamdb.errors import InvalidCatalogName, Notice
 from streamdb.runtime import embedded
 from streamdb.runtime.catalog_store import CatalogStore
 from streamdb.runtime.reader import RelationReader
@@ -71,9 +71,10 @@ class Engine:
         """A relation changed: views over it have work to do."""
         self.views.notify()
 
-    async def flush(self) -> None:
-        """Acknowledged writes are durable and visible to ad hoc reads at once; wait for the views."""
-        await self.views.flush()
+    async def flush(self) -> list[Notice]:
+        """Acknowledged writes are durable and visible to ad hoc reads at once; wait for the views.
+        Returns a warning for each view that is failing and so could not catch up."""
+        return await self.views.flush()
 
     def new_session(self, user: str, database: str, options: dict[str, str]):
         from streamdb.runtime.session import EngineSession

@@ -223,7 +223,7 @@ class EngineSession:
         try:
             result = await copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self))
             if self.implicit_flush():
-                await self.engine.flush()
+                result.notices.extend(await self.engine.flush())
             return result
         except StreamDBError:
             self._fail()

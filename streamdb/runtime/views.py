@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
-from streamdb.errors import InternalError, ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
+from streamdb.errors import InternalError, Notice, ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
 from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
@@ -419,7 +419,7 @@ class ViewMaintainer:
         done = st.processed if st else {}
         return sum(sum(c) - sum(done.get(k, (0,) * len(c))) for k, c in current.items())
 
-    async def flush(self) -> None:
+    async def flush(self) -> list[Notice]:
         """Wait until every view reflects every write acknowledged before this call.
 
         Base inputs (streams, tables) must reach their offsets as of the call; a view over
@@ -427,8 +427,9 @@ class ViewMaintainer:
         """
         catalog = self.engine.catalog.snapshot()
         views = topological(catalog)
+        notices: list[Notice] = []
         if not views:
-            return
+            return notices
         with self.engine.storage.snapshot() as snap:
             base_targets = {}
             for v in views:
@@ -450,8 +451,13 @@ class ViewMaintainer:
                         continue
                     st = self.status.get(v.id)
                     if st is not None and st.error is not None:
-                        raise StreamDBError(f'materialized view "{v.name}" failed: {st.error}',
-                                            sqlstate=st.error_sqlstate or "XX000")
+                        # A failed view cannot catch up; say so, and do not hold up the others.
+                        notices.append(Notice(f'materialized view "{v.name}" is failing and was not '
+                                              f"brought up to date: {st.error}", severity="WARNING",
+                                              sqlstate=st.error_sqlstate or "XX000",
+                                              hint="SHOW QUERIES shows the error of each view."))
+                        done_at[v.id] = self.engine.reader.end_offsets(v, snap)
+                        continue
                     target: dict[int, tuple[int, ...]] = {}
                     ready = True
                     for dep in v.depends_on:
@@ -466,7 +472,7 @@ class ViewMaintainer:
                     else:
                         pending.append(v)
             if not pending:
-                return
+                return notices
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise QueryCanceled(f"FLUSH timed out waiting for {', '.join(v.name for v in pending)}")

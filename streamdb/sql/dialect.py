@@ -150,6 +150,17 @@ class StreamDB(Postgres):
             TokenType.SHOW: lambda self: self._parse_show(),
         }
 
+        # RisingWave's `CREATE TABLE t (...) APPEND ONLY`: a table that only ever grows.
+        PROPERTY_PARSERS = {
+            **PostgresParser.PROPERTY_PARSERS,
+            "APPEND": lambda self: self._parse_append_only(),
+        }
+
+        def _parse_append_only(self) -> exp.Expr:
+            if not self._match_text_seq("ONLY"):
+                self.raise_error("Expected ONLY after APPEND")
+            return self.expression(exp.Property(this=exp.Var(this="append_only"), value=exp.Boolean(this=True)))
+
         # Statements whose first word is an ordinary word to the tokenizer.
         WORD_STATEMENT_PARSERS: t.ClassVar[dict[str, Callable[[StreamDB.Parser], exp.Expr]]] = {
             "ABORT": lambda self: self._parse_transaction_end("ROLLBACK"),

@@ -12,5 +12,4 @@ from streamdb.runtime.statements.context import ExecContext
 
 
 async def execute(plan: FlushPlan, ctx: ExecContext) -> ExecutionResult:
-    await ctx.engine.flush()
-    return ExecutionResult("FLUSH")
+    return ExecutionResult("FLUSH", notices=await ctx.engine.flush())
