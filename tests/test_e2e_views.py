@@ -188,12 +188,20 @@ def test_constant_views_append_only_tables_and_failing_views(conn, unique):
     conn.execute(f"CREATE MATERIALIZED VIEW {c} AS VALUES (233, 'risingwave'), (233, 'risingwave')")
     t = f"ao_{unique}"
     conn.execute(f"CREATE TABLE {t} (v INT) APPEND ONLY")
-    conn.execute(f"INSERT INTO {t} VALUES (1), (0)")
+    conn.execute(f"INSERT INTO {t} VALUES (1)")
     with pytest.raises(psycopg.errors.WrongObjectType):
         conn.execute(f"DELETE FROM {t}")
     good, bad = f"good_{unique}", f"bad_{unique}"
     conn.execute(f"CREATE MATERIALIZED VIEW {good} AS SELECT count(*) AS n FROM {t}")
     conn.execute(f"CREATE MATERIALIZED VIEW {bad} AS SELECT 10 / v AS q FROM {t}")
+    # CREATE returns once the view holds its result.
+    assert conn.execute(f"SELECT q FROM {bad}").fetchall() == [(10,)]
+    conn.execute(f"INSERT INTO {t} VALUES (0)")
+    # A view whose query fails on the data at CREATE is not created.
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        conn.execute(f"CREATE MATERIALIZED VIEW worse_{unique} AS SELECT 1 / v AS q FROM {t}")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conn.execute(f"SELECT * FROM worse_{unique}")
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     conn.execute("FLUSH")  # the failing view is reported, the others are brought up to date

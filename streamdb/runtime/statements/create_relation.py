@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamdb.errors import DuplicateTable, Notice
+from streamdb.errors import DuplicateTable, Notice, StreamDBError
 from streamdb.planner.plans import CreateRelationPlan, CreateViewPlan
 from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
@@ -39,5 +39,25 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
         for old in remove:
             engine.reader.forget(old.id)
     if rel.kind == "materialized_view":
-        engine.notify_write(0)  # compute the view's first result now
+        return await _hydrate(ctx, rel.name, tag)
     return ExecutionResult(tag)
+
+
+async def _hydrate(ctx: ExecContext, name: str, tag: str) -> ExecutionResult:
+    """Like RisingWave and Materialize, CREATE MATERIALIZED VIEW returns once the view holds its
+    query's result, so the next SELECT sees it; a query Spark cannot run fails the CREATE."""
+    engine = ctx.engine
+    notices = await engine.flush()
+    view = engine.catalog.snapshot().get(name)
+    status = engine.views.status.get(view.id) if view is not None else None
+    if view is not None and status is not None and status.error is not None:
+        async with engine.ddl_lock:
+            current = engine.catalog.snapshot().get(name)
+            if current is not None and current.id == view.id:
+                commit, _, snapshot = engine.catalog.plan_change(remove=[current])
+                await engine.storage.commit_async(commit)
+                engine.catalog.applied(snapshot)
+                engine.reader.forget(current.id)
+        raise StreamDBError(f'materialized view "{name}" could not be computed: {status.error}',
+                            sqlstate=status.error_sqlstate or "XX000")
+    return ExecutionResult(tag, notices=[n for n in notices if f'"{name}"' not in n.message])
