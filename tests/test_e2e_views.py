@@ -20,6 +20,9 @@ VIEWS = {
            "FROM {t} GROUP BY grp",
     "having": "SELECT grp, count(*) AS n FROM {t} GROUP BY grp HAVING count(*) > 1",
     "distinct": "SELECT DISTINCT grp FROM {t}",
+    # ROUND keeps its digits on Spark (regenerated Postgres SQL once cast to decimal(10,0))
+    "rounded": "SELECT grp, round(avg(v), 1) AS r FROM {t} GROUP BY grp",
+    "rounded_linear": "SELECT k, round(v / 4.0, 1) AS r FROM {s}",
     "count_distinct": "SELECT count(DISTINCT grp) AS groups, count(*) AS n FROM {t}",
     # linear: filter and projection over a stream
     "filter": "SELECT k, v * 2 AS doubled FROM {s} WHERE v > 3",

@@ -44,6 +44,6 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateViewPlan:
         id=0, name=name, kind="materialized_view", columns=tuple(columns),
         create_sql=sql.strip(), created_at=time.time(),
         depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None})),
-        extra=((QUERY_SQL, body.sql(dialect="postgres")),),
+        extra=((QUERY_SQL, body.sql(dialect="streamdb")),),
     )
     return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")))

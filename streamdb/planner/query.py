@@ -335,7 +335,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     duck_sql = pg_functions.rewrite_for_duckdb(query.copy(), ctx).sql(dialect="duckdb")
     spark_sql = query.sql(dialect="spark")
     return QueryPlan(duckdb_sql=duck_sql, spark_sql=spark_sql, inputs=inputs, columns=columns,
-                     param_types=param_types, resolved_sql=query.sql(dialect="postgres"))
+                     param_types=param_types, resolved_sql=query.sql(dialect="streamdb"))
 
 
 def prepared_query_ast(ast: exp.Expression, ctx: PlanContext, changes: bool = False) -> exp.Expression:

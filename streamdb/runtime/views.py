@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from sqlglot import exp
 
 from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
@@ -50,6 +51,14 @@ META = "meta"
 FLUSH_TIMEOUT_SECONDS = 300
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
 _WEIGHT_COLUMN = Column(WEIGHT, T.BIGINT)
+
+
+def view_query(view: RelationDef) -> exp.Expression:
+    """The view's query exactly as written: from its CREATE statement, not regenerated SQL
+    (regenerating through another dialect can change meaning)."""
+    create = parse_one(view.create_sql)
+    body = create.args.get("expression")
+    return body if body is not None else parse_one(dict(view.extra)[QUERY_SQL])
 
 
 def meta_key(view_id: int) -> bytes:
@@ -205,7 +214,7 @@ class ViewMaintainer:
     def _plan(self, view: RelationDef, catalog: CatalogSnapshot) -> tuple[QueryPlan, str | None]:
         """The view's query plan and, when the query is linear, the Spark SQL of its delta."""
         ctx = PlanContext(catalog, _SYSTEM_SESSION)
-        plan = query_planner.plan_query(parse_one(dict(view.extra)[QUERY_SQL]), ctx)
+        plan = query_planner.plan_query(view_query(view), ctx)
         return plan, linear_delta_sql(plan.resolved_sql)
 
     def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:

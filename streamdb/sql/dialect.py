@@ -886,6 +886,10 @@ class StreamDB(Postgres):
     class Generator(PostgresGenerator):
         TRANSFORMS = {
             **PostgresGenerator.TRANSFORMS,
+            # Postgres's generator casts ROUND's argument to bare DECIMAL (Postgres has no
+            # round(double, int)); read back by Spark that is decimal(10, 0), which rounds away
+            # the digits. Our SQL is read back by our own parser, so keep the call as written.
+            exp.Round: lambda self, e: self.func("ROUND", e.this, e.args.get("decimals")),
             _SelectStreamMark: lambda self, e: " STREAM",
             ast.CreateStream: lambda self, e: self.createstream_sql(e),
             ast.StreamColumnRole: lambda self, e: self.streamcolumnrole_sql(e),
