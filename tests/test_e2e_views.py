@@ -23,6 +23,11 @@ VIEWS = {
     # ROUND keeps its digits on Spark (regenerated Postgres SQL once cast to decimal(10,0))
     "rounded": "SELECT grp, round(avg(v), 1) AS r FROM {t} GROUP BY grp",
     "rounded_linear": "SELECT k, round(v / 4.0, 1) AS r FROM {s}",
+    # integer division stays integral on Spark, as in Postgres
+    "int_div": "SELECT grp, sum(v) / count(*) AS q, max(v) / 2 AS h FROM {t} GROUP BY grp",
+    "int_div_linear": "SELECT k, v / 3 AS third FROM {s}",
+    "exprs": "SELECT id, upper(grp) AS g, coalesce(v, 0) + 1 AS v1, "
+             "CASE WHEN v > 5 THEN 'hi' ELSE 'lo' END AS band FROM {t}",
     "count_distinct": "SELECT count(DISTINCT grp) AS groups, count(*) AS n FROM {t}",
     # linear: filter and projection over a stream
     "filter": "SELECT k, v * 2 AS doubled FROM {s} WHERE v > 3",

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from streamdb import types as T
+from streamdb.planner.plans import RelationInput
 from streamdb.sql.parser import parse_one
 
 WEIGHT = "__weight"
@@ -51,7 +53,7 @@ def delta_name(registered_name: str) -> str:
     return f"{registered_name}_delta"
 
 
-def linear_delta_sql(resolved_sql: str) -> str | None:
+def linear_delta_sql(resolved_sql: str, inputs: tuple[RelationInput, ...] = ()) -> str | None:
     """Spark SQL computing the query's change (columns + __weight) from its inputs' changes, or None."""
     ast = parse_one(resolved_sql)
     if isinstance(ast, exp.Select):
@@ -71,4 +73,8 @@ def linear_delta_sql(resolved_sql: str) -> str | None:
             source.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
         select.select(exp.alias_(exp.column(WEIGHT, table=exp.to_identifier(alias, quoted=True)), WEIGHT),
                       copy=False)
-    return ast.sql(dialect="spark")
+    from streamdb.planner.query import spark_sql_for
+
+    delta_inputs = tuple(RelationInput(delta_name(i.registered_name), i.relation_id, i.system_key, i.mode,
+                                       (*i.columns, (WEIGHT, T.BIGINT))) for i in inputs)
+    return spark_sql_for(ast, delta_inputs)

@@ -90,7 +90,7 @@ class CreateViewPlan(Plan):
     def explain(self) -> str:
         from streamdb.planner.incremental import linear_delta_sql
 
-        delta = linear_delta_sql(self.query.resolved_sql)
+        delta = linear_delta_sql(self.query.resolved_sql, self.query.inputs)
         lines = [f"Materialized view {self.relation.name}",
                  "  maintenance: epochs driven by writes to its inputs, run on Spark",
                  "  strategy: " + ("incremental (linear): the query runs on the inputs' changes only"

@@ -9,6 +9,8 @@ Spark, no disk.
 from __future__ import annotations
 
 from sqlglot import exp
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
@@ -333,9 +335,22 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     columns = tuple(Column(n, c.type) for n, c in zip(names, described_cols, strict=True))
     # The stored SQL keeps $n placeholders; the runtime binds values before running it.
     duck_sql = pg_functions.rewrite_for_duckdb(query.copy(), ctx).sql(dialect="duckdb")
-    spark_sql = query.sql(dialect="spark")
+    spark_sql = spark_sql_for(query, inputs)
     return QueryPlan(duckdb_sql=duck_sql, spark_sql=spark_sql, inputs=inputs, columns=columns,
                      param_types=param_types, resolved_sql=query.sql(dialect="streamdb"))
+
+
+def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> str:
+    """Spark SQL with Postgres semantics where types decide them: sqlglot keeps integer division
+    integral (Spark's `/` is always fractional) once columns are qualified and typed."""
+    schema: dict[str, object] = {i.registered_name: {name: t.name for name, t in i.columns} for i in inputs}
+    try:
+        typed = qualify(query.copy(), schema=schema, dialect="postgres", validate_qualify_columns=False,
+                        quote_identifiers=False, expand_stars=False)
+        typed = annotate_types(typed, schema=schema, dialect="postgres")
+        return typed.sql(dialect="spark")
+    except Exception:  # noqa: BLE001 - some shapes defeat qualification; the plain form still runs
+        return query.sql(dialect="spark")
 
 
 def prepared_query_ast(ast: exp.Expression, ctx: PlanContext, changes: bool = False) -> exp.Expression:

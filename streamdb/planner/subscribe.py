@@ -22,4 +22,4 @@ def plan(query: exp.Expression, ctx: PlanContext, *, snapshot: bool = False) -> 
     if not q.inputs:
         raise FeatureNotSupported("a push query must read at least one stream, table or view",
                                   hint="A query over constants never changes.")
-    return SubscribePlan(q, linear_delta_sql(q.resolved_sql), (*CHANGE_COLUMNS, *q.columns), snapshot)
+    return SubscribePlan(q, linear_delta_sql(q.resolved_sql, q.inputs), (*CHANGE_COLUMNS, *q.columns), snapshot)

@@ -215,7 +215,7 @@ class ViewMaintainer:
         """The view's query plan and, when the query is linear, the Spark SQL of its delta."""
         ctx = PlanContext(catalog, _SYSTEM_SESSION)
         plan = query_planner.plan_query(view_query(view), ctx)
-        return plan, linear_delta_sql(plan.resolved_sql)
+        return plan, linear_delta_sql(plan.resolved_sql, plan.inputs)
 
     def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:
         return tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
