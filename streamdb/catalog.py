@@ -68,6 +68,13 @@ class RelationDef:
         return FIRST_USER_OID + self.id
 
     @property
+    def shown_kind(self) -> str:
+        """What users see: a stream or table derived by CREATE STREAM/TABLE AS SELECT is maintained
+        as a materialized view but shows, lists and drops as a stream or table."""
+        derived = dict(self.extra).get("derived")
+        return str(derived) if derived else self.kind
+
+    @property
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.name}"
 

@@ -220,3 +220,27 @@ def test_constant_views_append_only_tables_and_failing_views(conn, unique):
     assert status[bad][2] == "failed" and "zero" in status[bad][7]
     conn.execute(f"DROP TABLE {t} CASCADE")
     conn.execute(f"DROP MATERIALIZED VIEW {c}")
+
+
+def test_create_stream_and_table_as_select(conn, unique):
+    src = f"pv_{unique}"
+    conn.execute(f"CREATE STREAM {src} (user_id INT, page TEXT, ms INT)")
+    slow, per_user = f"slow_{unique}", f"per_user_{unique}"
+    conn.execute(f"CREATE STREAM {slow} AS SELECT user_id, page FROM {src} WHERE ms > 100")
+    conn.execute(f"CREATE TABLE {per_user} AS SELECT user_id, count(*) AS n FROM {src} GROUP BY user_id")
+    with pytest.raises(psycopg.errors.FeatureNotSupported):
+        conn.execute(f"CREATE STREAM agg_{unique} AS SELECT user_id, count(*) FROM {src} GROUP BY user_id")
+    conn.execute(f"INSERT INTO {src} VALUES (1, '/a', 150), (1, '/b', 50), (2, '/a', 300)")
+    check_views(conn, {slow: f"SELECT user_id, page FROM {src} WHERE ms > 100",
+                       per_user: f"SELECT user_id, count(*) AS n FROM {src} GROUP BY user_id"})
+    kinds = dict(conn.execute("SHOW ALL").fetchall())
+    assert kinds[slow] == "stream" and kinds[per_user] == "table"
+    assert slow in {r[0] for r in conn.execute("SHOW STREAMS").fetchall()}
+    assert per_user in {r[0] for r in conn.execute("SHOW TABLES").fetchall()}
+    # A derived stream is a relation like any other: a view over it, joins, pushes.
+    conn.execute(f"CREATE MATERIALIZED VIEW pages_{unique} AS SELECT page, count(*) AS n FROM {slow} GROUP BY page")
+    assert conn.execute(f"SELECT * FROM pages_{unique}").fetchall() == [("/a", 2)]
+    with pytest.raises(psycopg.errors.WrongObjectType):
+        conn.execute(f"DROP MATERIALIZED VIEW {slow}")
+    conn.execute(f"DROP STREAM {src} CASCADE")
+    assert slow not in dict(conn.execute("SHOW ALL").fetchall())

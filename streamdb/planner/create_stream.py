@@ -25,7 +25,11 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
     if schema not in (None, "public"):
         raise FeatureNotSupported(f'schema "{schema}" is not supported; relations live in "public"')
     if stmt.args.get("expression") is not None:
-        raise FeatureNotSupported("CREATE STREAM ... AS SELECT is not yet supported")
+        if stmt.args.get("columns") or stmt.args.get("properties") or stmt.args.get("external"):
+            raise FeatureNotSupported("CREATE STREAM ... AS SELECT takes no column list, options or EXTERNAL")
+        from streamdb.planner import create_view
+
+        return create_view.plan(stmt, ctx, sql, derived="stream")  # type: ignore[return-value]
     if stmt.args.get("watermark") is not None:
         raise FeatureNotSupported("watermarks are not yet supported")
     opts: StreamOptions = validate_options(StreamOptions, property_values(stmt.args.get("properties")), "stream")

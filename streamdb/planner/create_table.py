@@ -17,7 +17,9 @@ from streamdb.planner.plans import CreateRelationPlan
 
 def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateRelationPlan:
     if stmt.args.get("expression") is not None:
-        raise FeatureNotSupported("CREATE TABLE ... AS SELECT is not yet supported")
+        from streamdb.planner import create_view
+
+        return create_view.plan(stmt, ctx, sql, derived="table")  # type: ignore[return-value]
     target = stmt.this
     if not isinstance(target, exp.Schema):
         raise FeatureNotSupported("CREATE TABLE needs a column list", position=position_of(stmt))

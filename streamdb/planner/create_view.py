@@ -10,13 +10,15 @@ from streamdb.catalog import ColumnDef, RelationDef
 from streamdb.errors import DuplicateColumn, FeatureNotSupported
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
+from streamdb.planner.incremental import linear_delta_sql
 from streamdb.planner.names import table_name
 from streamdb.planner.plans import CreateViewPlan
 
 QUERY_SQL = "query_sql"
 
 
-def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateViewPlan:
+def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None = None) -> CreateViewPlan:
+    """CREATE MATERIALIZED VIEW, and CREATE STREAM/TABLE AS SELECT (`derived` = 'stream' | 'table')."""
     schema, name = table_name(stmt.this)
     if schema not in (None, "public"):
         raise FeatureNotSupported(f'schema "{schema}" is not supported; relations live in "public"')
@@ -44,6 +46,10 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateViewPlan:
         id=0, name=name, kind="materialized_view", columns=tuple(columns),
         create_sql=sql.strip(), created_at=time.time(),
         depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None})),
-        extra=((QUERY_SQL, body.sql(dialect="streamdb")),),
+        extra=((QUERY_SQL, body.sql(dialect="streamdb")),) + ((("derived", derived),) if derived else ()),
     )
+    if derived == "stream" and linear_delta_sql(q.resolved_sql, q.inputs) is None:
+        raise FeatureNotSupported(
+            "CREATE STREAM ... AS SELECT needs a query that only filters and projects (its result only grows)",
+            hint="Use CREATE TABLE ... AS SELECT for aggregates and joins, whose rows change.")
     return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")))

@@ -12,7 +12,7 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
     """CREATE STREAM / TABLE / MATERIALIZED VIEW: one atomic catalog commit."""
     engine = ctx.engine
     rel = plan.relation
-    tag = f"CREATE {rel.kind.upper().replace('_', ' ')}"
+    tag = f"CREATE {rel.shown_kind.upper().replace('_', ' ')}"
     or_replace = getattr(plan, "or_replace", False)
     async with engine.ddl_lock:
         existing = engine.catalog.snapshot().get(rel.name)
@@ -21,7 +21,7 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
             if plan.if_not_exists:
                 return ExecutionResult(tag, notices=[Notice(
                     f'relation "{rel.name}" already exists, skipping', sqlstate="42P07")])
-            if or_replace and existing.kind == rel.kind:
+            if or_replace and existing.kind == rel.kind and existing.shown_kind == rel.shown_kind:
                 dependents = engine.catalog.snapshot().dependents(existing.id)
                 if dependents:
                     from streamdb.errors import DependentObjectsStillExist

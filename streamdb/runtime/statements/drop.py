@@ -24,9 +24,10 @@ async def execute(plan: DropPlan, ctx: ExecContext) -> ExecutionResult:
                     notices.append(Notice(f'{plan.kind.replace("_", " ")} "{name}" does not exist, skipping'))
                     continue
                 raise UndefinedTable(f'{plan.kind.replace("_", " ")} "{name}" does not exist')
-            if rel.kind != plan.kind:
+            if rel.shown_kind != plan.kind:
                 raise WrongObjectType(f'"{name}" is not a {plan.kind.replace("_", " ")}',
-                                      hint=f"Use DROP {_WORD[rel.kind]} to remove a {rel.kind.replace('_', ' ')}.")
+                                      hint=f"Use DROP {_WORD[rel.shown_kind]} to remove a "
+                                           f"{rel.shown_kind.replace('_', ' ')}.")
             pending = [rel]
             while pending:
                 r = pending.pop()

@@ -21,7 +21,7 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
         views = ctx.engine.views
         for r in rels:
             if r.kind != "materialized_view":
-                continue
+                continue  # derived streams and tables are maintained the same way and listed too
             st = views.status.get(r.id)
             lag = views.lag(r)
             status = "failed" if st and st.error else ("running" if st and st.epochs else "starting")
@@ -29,7 +29,8 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
                 status += " (incremental)" if st.incremental else " (recompute)"
             with ctx.engine.storage.snapshot() as snap:
                 count = ctx.engine.reader.row_count(r, snap)
-            rows.append((r.name, "materialized view", status, st.epochs if st else 0, lag,
+            rows.append((r.name, r.shown_kind.replace("_", " ") + (" (derived)" if r.shown_kind != r.kind else ""),
+                         status, st.epochs if st else 0, lag,
                          count, st.last_epoch_ms if st else None, st.error if st else None))
         for sub in list(views.subscriptions.values()):
             status = "failed" if sub.error else ("running" if sub.started else "starting")
@@ -38,10 +39,10 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
                          sub.last_epoch_ms, sub.error.message if sub.error else None))
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "ALL":
-        rows = [(r.name, r.kind.replace("_", " ")) for r in rels]
+        rows = [(r.name, r.shown_kind.replace("_", " ")) for r in rels]
     else:
         wanted = _KIND_FOR[plan.kind]
-        chosen = [r for r in rels if r.kind == wanted]
+        chosen = [r for r in rels if r.shown_kind == wanted]
         if plan.kind == "STREAMS":
             rows = [(r.name, r.partitions, r.value_format, r.timestamp_column or "ROWTIME (arrival time)")
                     for r in chosen]
@@ -66,7 +67,9 @@ async def execute_describe(plan: DescribeRelationPlan, ctx: ExecContext) -> Exec
     rel = engine.catalog.snapshot().get(plan.name)
     if rel is None:
         raise UndefinedTable(f'relation "{plan.name}" does not exist')
-    rows: list[tuple[str, str | None]] = [("name", rel.name), ("kind", rel.kind.replace("_", " "))]
+    rows: list[tuple[str, str | None]] = [("name", rel.name), ("kind", rel.shown_kind.replace("_", " "))]
+    if rel.shown_kind != rel.kind:
+        rows.append(("derived by", dict(rel.extra).get("query_sql")))
     for c in rel.columns:
         notes = [c.type.name]
         if c.name in rel.key_columns:
