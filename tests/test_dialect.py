@@ -508,3 +508,24 @@ def test_append_only_table_round_trip() -> None:
     again = parse_one(generated)
     props = {p.name: p.args["value"] for p in again.args["properties"].expressions}
     assert "append_only" in props
+
+
+@pytest.mark.parametrize(
+    ("sql", "generated"),
+    [
+        ("SUBSCRIBE TO counts", "SUBSCRIBE TO counts"),
+        ("SUBSCRIBE counts WITH (snapshot = false)", "SUBSCRIBE TO counts WITH (snapshot = FALSE)"),
+        ("SUBSCRIBE (SELECT a FROM t WHERE a > 1)", "SUBSCRIBE TO (SELECT a FROM t WHERE a > 1)"),
+        ("DECLARE c CURSOR FOR SUBSCRIBE TO counts", "DECLARE c CURSOR FOR SUBSCRIBE TO counts"),
+        ("DECLARE c CURSOR FOR SELECT 1", "DECLARE c CURSOR FOR SELECT 1"),
+        ("FETCH 100 c WITH (timeout = '1s')", "FETCH 100 c WITH (timeout = '1s')"),
+        ("FETCH ALL FROM c", "FETCH ALL c"),
+        ("FETCH c", "FETCH c"),
+        ("CLOSE c", "CLOSE c"),
+        ("CLOSE ALL", "CLOSE ALL"),
+    ],
+)
+def test_subscribe_and_cursor_round_trip(sql: str, generated: str) -> None:
+    tree = parse_one(sql)
+    assert generate(tree) == generated
+    assert parse_one(generated) == tree

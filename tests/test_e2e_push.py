@@ -101,3 +101,52 @@ def test_push_query_cancel_frees_the_subscription(server, conn, unique):
         assert c.execute("SELECT 1").fetchone() == (1,)
     queries = conn.execute("SHOW QUERIES").fetchall()
     assert all(s not in str(q) for q in queries)
+
+
+def test_subscribe_with_cursor_and_fetch(server, conn, unique):
+    t_name, view = f"subt_{unique}", f"subv_{unique}"
+    conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, plan TEXT)")
+    conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free'), (2, 'pro'), (3, 'free')")
+    conn.execute(f"CREATE MATERIALIZED VIEW {view} AS SELECT plan, count(*) AS n FROM {t_name} GROUP BY plan")
+    with server.connect() as c:
+        with __import__("pytest").raises(psycopg.errors.NoActiveSqlTransaction):
+            c.execute(f"DECLARE early CURSOR FOR SUBSCRIBE TO {view}")
+        c.execute("BEGIN")
+        c.execute(f"DECLARE cur CURSOR FOR SUBSCRIBE TO {view}")
+        # SUBSCRIBE starts with the current result, as inserts.
+        snapshot = c.execute("FETCH ALL cur WITH (timeout = '30s')").fetchall()
+        assert sorted((r[0], r[2], r[3]) for r in snapshot) == [("insert", "free", 2), ("insert", "pro", 1)]
+        conn.execute(f"UPDATE {t_name} SET plan = 'pro' WHERE id = 3")
+        changes: list = []
+        deadline = time.monotonic() + 30
+        while len(changes) < 4 and time.monotonic() < deadline:
+            changes += c.execute("FETCH 100 cur WITH (timeout = '1s')").fetchall()
+        assert sorted((r[0], r[2], r[3]) for r in changes) == sorted([
+            ("delete", "free", 2), ("insert", "free", 1), ("delete", "pro", 1), ("insert", "pro", 2)])
+        assert c.execute("FETCH 10 cur WITH (timeout = '100ms')").fetchall() == []
+        c.execute("CLOSE cur")
+        # A cursor over an ordinary query reads its rows in pieces.
+        c.execute(f"DECLARE q CURSOR FOR SELECT id FROM {t_name} ORDER BY id")
+        assert c.execute("FETCH 2 q").fetchall() == [(1,), (2,)]
+        assert c.execute("FETCH ALL q").fetchall() == [(3,)]
+        c.execute("COMMIT")
+        with __import__("pytest").raises(psycopg.errors.InvalidCursorName):
+            c.execute("FETCH q")
+    assert not push_queries(conn)  # COMMIT and CLOSE released the subscription
+
+
+def test_subscribe_streams_rows_to_the_client(server, conn, unique):
+    s = f"subs_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT)")
+    conn.execute(f"INSERT INTO {s} VALUES (1)")
+    rows: list = []
+    started = threading.Event()
+    before = len(push_queries(conn))
+    th = threading.Thread(target=consume, args=(server, f"SUBSCRIBE TO {s}", 2, rows, started))
+    th.start()
+    started.wait(10)
+    wait_subscribed(conn, before)
+    conn.execute(f"INSERT INTO {s} VALUES (2)")
+    th.join(60)
+    assert not th.is_alive()
+    assert sorted((r[1][0], r[1][2]) for r in rows) == [("insert", 1), ("insert", 2)]

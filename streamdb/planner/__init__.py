@@ -23,8 +23,11 @@ from streamdb.planner import (
 )
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
+from streamdb.planner.names import normalize
 from streamdb.planner.plans import (
+    CloseCursorPlan,
     CopyToPlan,
+    DeclareCursorPlan,
     DescribeRelationPlan,
     ExplainPlan,
     FlushPlan,
@@ -100,6 +103,18 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         return FlushPlan(target.name if isinstance(target, exp.Expression) else None)
     if isinstance(node, S.EmitChanges):
         return subscribe.plan(node.this, ctx)
+    if isinstance(node, S.Subscribe):
+        return subscribe.plan_subscribe(node, ctx)
+    if isinstance(node, S.DeclareCursor):
+        inner = plan(node.expression, ctx, sql)
+        if not isinstance(inner, (QueryPlan, SubscribePlan)):
+            raise FeatureNotSupported("a cursor is declared for a query or a SUBSCRIBE")
+        return DeclareCursorPlan(normalize(node.this), inner)
+    if isinstance(node, S.FetchCursor):
+        return subscribe.plan_fetch(node)
+    if isinstance(node, S.CloseCursor):
+        target = node.this
+        return CloseCursorPlan(None if isinstance(target, exp.Literal) else normalize(target))
     if isinstance(node, exp.Command):
         raise FeatureNotSupported(f"{str(node.this).upper()} is not supported")
     raise FeatureNotSupported(f"statement {type(node).__name__} is not supported")

@@ -120,6 +120,27 @@ class SubscribePlan(Plan):
 
 
 @dataclass(frozen=True)
+class DeclareCursorPlan(Plan):
+    name: str
+    inner: Plan  # a QueryPlan or a SubscribePlan
+
+    def explain(self) -> str:
+        return f"Declare cursor {self.name} for:\n" + self.inner.explain()
+
+
+@dataclass(frozen=True)
+class FetchPlan(Plan):
+    name: str
+    count: int | None  # None: ALL
+    timeout: float | None  # seconds to wait for rows of a subscription; None: until at least one
+
+
+@dataclass(frozen=True)
+class CloseCursorPlan(Plan):
+    name: str | None  # None: CLOSE ALL
+
+
+@dataclass(frozen=True)
 class DropPlan(Plan):
     kind: str  # 'stream' | 'table' | 'view' | 'materialized_view' | 'any'
     names: tuple[str, ...]

@@ -5,14 +5,52 @@ from __future__ import annotations
 from sqlglot import exp
 
 from streamdb import types as T
-from streamdb.errors import FeatureNotSupported
+from streamdb import values
+from streamdb.errors import FeatureNotSupported, InvalidParameterValue
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import linear_delta_sql
-from streamdb.planner.plans import SubscribePlan
+from streamdb.planner.names import normalize
+from streamdb.planner.options import property_values
+from streamdb.planner.plans import FetchPlan, SubscribePlan
 from streamdb.runtime.api import Column
+from streamdb.sql import ast as S
 
 CHANGE_COLUMNS = (Column("op", T.TEXT), Column("rowtime", T.TIMESTAMPTZ))
+
+
+def plan_subscribe(stmt: S.Subscribe, ctx: PlanContext) -> SubscribePlan:
+    """SUBSCRIBE [TO] name | (query) [WITH (snapshot = true|false)]: the current result first
+    (unless snapshot = false), then every change."""
+    opts = property_values(stmt.args.get("properties"))
+    unknown = set(opts) - {"snapshot"}
+    if unknown:
+        raise InvalidParameterValue(f'unrecognized SUBSCRIBE option "{sorted(unknown)[0]}"',
+                                    hint="valid options are: snapshot")
+    snapshot = opts.get("snapshot", True)
+    if isinstance(snapshot, str):
+        snapshot = snapshot.lower() in ("true", "on", "1", "yes")
+    target = stmt.this
+    query = exp.select("*").from_(target.copy()) if isinstance(target, exp.Table) else target
+    return plan(query, ctx, snapshot=bool(snapshot))
+
+
+def plan_fetch(stmt: S.FetchCursor) -> FetchPlan:
+    count_node = stmt.args.get("count")
+    count: int | None = 1
+    if count_node is not None:
+        count = None if count_node.name.upper() == "ALL" else int(count_node.name)
+    opts = property_values(stmt.args.get("properties"))
+    unknown = set(opts) - {"timeout"}
+    if unknown:
+        raise InvalidParameterValue(f'unrecognized FETCH option "{sorted(unknown)[0]}"',
+                                    hint="valid options are: timeout")
+    timeout = None
+    if "timeout" in opts:
+        raw = opts["timeout"]
+        delta = values.parse_text(str(raw), T.INTERVAL) if isinstance(raw, str) else raw
+        timeout = delta.total_seconds() if hasattr(delta, "total_seconds") else float(delta)
+    return FetchPlan(normalize(stmt.this), count, timeout)
 
 
 def plan(query: exp.Expression, ctx: PlanContext, *, snapshot: bool = False) -> SubscribePlan:

@@ -11,6 +11,7 @@ from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements import (
     copy,
     create_relation,
+    cursor,
     drop,
     explain,
     flush,
@@ -44,6 +45,9 @@ HANDLERS: dict[type, Handler] = {
     P.ExplainPlan: explain.execute,
     P.FlushPlan: flush.execute,
     P.SubscribePlan: subscribe.execute,
+    P.DeclareCursorPlan: cursor.declare,
+    P.FetchPlan: cursor.fetch,
+    P.CloseCursorPlan: cursor.close,
 }
 
 

@@ -18,6 +18,7 @@ from streamdb.errors import (
 )
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
+from streamdb.planner.names import normalize as normalize_identifier
 from streamdb.runtime import coordinator
 from streamdb.runtime.api import CopyInRequest, ExecutionResult, PreparedStatement, Statement
 from streamdb.runtime.statements import copy as copy_runtime
@@ -100,6 +101,7 @@ class EngineSession:
         self.pid = pid
         self.txn_status = "I"
         self.savepoints: list[str] = []
+        self.cursors: dict[str, Any] = {}  # name -> statements.cursor.Cursor
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
         self.settings = dict(self._defaults)
         if options.get("application_name"):
@@ -173,6 +175,10 @@ class EngineSession:
 
             raise SyntaxErrorSQL("cannot insert multiple commands into a prepared statement")
         st = statements[0]
+        if isinstance(st.ast, S.FetchCursor):
+            # What a FETCH returns is the cursor's shape, known to this session only.
+            cursor = self.cursors.get(normalize_identifier(st.ast.this))
+            return PreparedStatement(st, (), cursor.columns if cursor is not None else None)
         try:
             types, columns = planner.describe(st.ast, self._ctx(), param_types)
         except StreamDBError:
@@ -242,7 +248,17 @@ class EngineSession:
             self._cancelled = True
             task.get_loop().call_soon_threadsafe(task.cancel)
 
+    def close_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is not None and cursor.subscription is not None:
+            self.engine.views.unsubscribe(cursor.subscription)
+
+    def close_cursors(self) -> None:
+        for name in list(self.cursors):
+            self.close_cursor(name)
+
     def close(self) -> None:
+        self.close_cursors()
         self.cancel()
         self.engine.sessions.pop(self.pid, None)
 

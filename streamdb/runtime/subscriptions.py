@@ -39,6 +39,7 @@ class Subscription:
     error: StreamDBError | None = None
     closed: bool = False
     _queue: asyncio.Queue[list[tuple[Any, ...]] | None] = field(default_factory=asyncio.Queue)
+    _leftover: list[tuple[Any, ...]] = field(default_factory=list)
 
     def deliver(self, changes: list[tuple[tuple[Any, ...], int]], at: dt.datetime) -> None:
         """From the maintainer's thread: queue the changes as (op, rowtime, *row) rows."""
@@ -67,6 +68,34 @@ class Subscription:
         if not self.closed:
             self.error = error
             self._queue.put_nowait(None)
+
+    async def take(self, limit: int | None, timeout: float | None) -> list[tuple[Any, ...]]:
+        """Up to `limit` rows (None: all that are ready). Waits for the first row until `timeout`
+        seconds (None: as long as it takes), then returns what is ready without waiting more."""
+        out: list[tuple[Any, ...]] = []
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while limit is None or len(out) < limit:
+            if self._leftover:
+                room = len(self._leftover) if limit is None else limit - len(out)
+                out.extend(self._leftover[:room])
+                del self._leftover[:room]
+                continue
+            if out and self._queue.empty():
+                break
+            try:
+                if deadline is None:
+                    rows = await self._queue.get()
+                else:
+                    rows = await asyncio.wait_for(self._queue.get(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                break
+            if rows is None:
+                assert self.error is not None
+                raise self.error
+            self.buffered -= len(rows)
+            self._leftover = list(rows)
+        return out
 
     async def batches(self) -> AsyncIterator[list[tuple[Any, ...]]]:
         while True:

@@ -139,3 +139,29 @@ class CopyStatement(exp.Expression):
         "target": False,
         "program": False,
     }
+
+
+class Subscribe(exp.Expression):
+    """SUBSCRIBE [TO] name | (query) [WITH (snapshot = true|false)] (as in Materialize).
+    `this` is an exp.Table or a query; `properties` the WITH options."""
+
+    arg_types = {"this": True, "properties": False}
+
+
+class DeclareCursor(exp.Expression):
+    """DECLARE name CURSOR [WITHOUT HOLD] FOR statement (a query, SUBSCRIBE or an EMIT CHANGES query)."""
+
+    arg_types = {"this": True, "expression": True}
+
+
+class FetchCursor(exp.Expression):
+    """FETCH [FORWARD] [n | ALL] [FROM | IN] name [WITH (timeout = '1s')].
+    `count` is a number literal or 'ALL' (absent: 1)."""
+
+    arg_types = {"this": True, "count": False, "properties": False}
+
+
+class CloseCursor(exp.Expression):
+    """CLOSE name | CLOSE ALL."""
+
+    arg_types = {"this": True}

@@ -127,10 +127,11 @@ class StreamDB(Postgres):
         # RESET, EXPLAIN and SHOW are statements we parse: the tokenizer must not swallow the
         # rest of the statement into one string as it does for a command.
         KEYWORDS = {
-            **{k: v for k, v in Postgres.Tokenizer.KEYWORDS.items() if k not in ("RESET", "EXPLAIN")},
+            # DECLARE (cursors) is parsed too: as an ordinary word it reaches our statement parsers.
+            **{k: v for k, v in Postgres.Tokenizer.KEYWORDS.items() if k not in ("RESET", "EXPLAIN", "DECLARE")},
             "BYTES": TokenType.VARBINARY,  # ksqlDB's name for bytea
         }
-        COMMANDS = Postgres.Tokenizer.COMMANDS - {TokenType.SHOW}
+        COMMANDS = Postgres.Tokenizer.COMMANDS - {TokenType.SHOW, TokenType.FETCH}
 
     # Postgres.Parser / Postgres.Generator are aliases of these classes; naming the classes
     # themselves keeps mypy able to check the subclasses.
@@ -148,6 +149,7 @@ class StreamDB(Postgres):
             TokenType.DROP: lambda self: self._parse_drop_statement(),
             TokenType.SET: lambda self: self._parse_set_statement(),
             TokenType.SHOW: lambda self: self._parse_show(),
+            TokenType.FETCH: lambda self: self._parse_fetch(),
         }
 
         # RisingWave's `CREATE TABLE t (...) APPEND ONLY`: a table that only ever grows.
@@ -171,6 +173,9 @@ class StreamDB(Postgres):
             "FLUSH": lambda self: self._parse_flush(),
             "EXPLAIN": lambda self: self._parse_explain(),
             "SAVEPOINT": lambda self: self._parse_savepoint("SAVEPOINT"),
+            "SUBSCRIBE": lambda self: self._parse_subscribe(),
+            "DECLARE": lambda self: self._parse_declare_cursor(),
+            "CLOSE": lambda self: self._parse_close(),
             "RELEASE": lambda self: self._parse_savepoint("RELEASE"),
         }
 
@@ -559,6 +564,62 @@ class StreamDB(Postgres):
                 self.raise_error("Expected a prepared statement name")
             return self.expression(ast.Deallocate(this=name))
 
+        # ---- SUBSCRIBE and cursors (Materialize's forms) ----------------------------------------
+
+        def _parse_subscribe(self) -> exp.Expr:
+            self._match_text_seq("TO")
+            target: exp.Expr | None
+            if self._match(TokenType.L_PAREN):
+                target = self._parse_ddl_select()
+                self._match_r_paren()
+            else:
+                target = self._parse_table_parts(schema=True)
+            if target is None:
+                self.raise_error("Expected a relation or (query) after SUBSCRIBE")
+            properties = None
+            if self._match(TokenType.WITH):
+                properties = self._parse_wrapped_csv(self._parse_stream_property)
+            return self.expression(ast.Subscribe(this=target, properties=properties))
+
+        def _parse_declare_cursor(self) -> exp.Expr:
+            name = self._parse_id_var(any_token=True)
+            if name is None:
+                self.raise_error("Expected a cursor name")
+            self._match_text_seq("NO", "SCROLL")
+            if not self._match_text_seq("CURSOR"):
+                self.raise_error("Expected CURSOR")
+            self._match_text_seq("WITHOUT", "HOLD")
+            if not self._match(TokenType.FOR):
+                self.raise_error("Expected FOR")
+            statement = self._parse_statement()
+            if statement is None:
+                self.raise_error("Expected a query after FOR")
+            return self.expression(ast.DeclareCursor(this=name, expression=statement))
+
+        def _parse_fetch(self) -> exp.Expr:
+            self._match_text_seq("FORWARD")
+            count: exp.Expr | None = None
+            if self._match(TokenType.ALL):
+                count = exp.Literal.string("ALL")
+            elif self._match(TokenType.NUMBER):
+                count = exp.Literal.number(self._prev.text)
+            self._match_set((TokenType.FROM, TokenType.IN))
+            name = self._parse_id_var(any_token=True)
+            if name is None:
+                self.raise_error("Expected a cursor name")
+            properties = None
+            if self._match(TokenType.WITH):
+                properties = self._parse_wrapped_csv(self._parse_stream_property)
+            return self.expression(ast.FetchCursor(this=name, count=count, properties=properties))
+
+        def _parse_close(self) -> exp.Expr:
+            if self._match(TokenType.ALL):
+                return self.expression(ast.CloseCursor(this=exp.Literal.string("ALL")))
+            name = self._parse_id_var(any_token=True)
+            if name is None:
+                self.raise_error("Expected a cursor name")
+            return self.expression(ast.CloseCursor(this=name))
+
         def _parse_flush(self) -> exp.Expr:
             name = self._parse_table_parts(schema=True) if self._curr else None
             return self.expression(ast.Flush(this=name))
@@ -908,7 +969,28 @@ class StreamDB(Postgres):
             ast.Discard: lambda self, e: f"DISCARD {e.this}",
             ast.Deallocate: lambda self, e: self.deallocate_sql(e),
             ast.CopyStatement: lambda self, e: self.copystatement_sql(e),
+            ast.Subscribe: lambda self, e: self.subscribe_sql(e),
+            ast.DeclareCursor: lambda self, e: f"DECLARE {self.sql(e, 'this')} CURSOR FOR {self.sql(e, 'expression')}",
+            ast.FetchCursor: lambda self, e: self.fetchcursor_sql(e),
+            ast.CloseCursor: lambda self, e: f"CLOSE {e.this.name if isinstance(e.this, exp.Literal) else self.sql(e, 'this')}",
         }
+
+        def subscribe_sql(self, expression: ast.Subscribe) -> str:
+            target = expression.this
+            text = self.sql(target) if isinstance(target, exp.Table) else f"({self.sql(target)})"
+            if expression.args.get("properties"):
+                text += f" WITH ({self.stream_properties_sql(expression.args['properties'])})"
+            return f"SUBSCRIBE TO {text}"
+
+        def fetchcursor_sql(self, expression: ast.FetchCursor) -> str:
+            count = expression.args.get("count")
+            parts = ["FETCH"]
+            if count is not None:
+                parts.append(count.name)
+            parts.append(self.sql(expression, "this"))
+            if expression.args.get("properties"):
+                parts.append(f"WITH ({self.stream_properties_sql(expression.args['properties'])})")
+            return " ".join(parts)
 
         def createstream_sql(self, expression: ast.CreateStream) -> str:
             parts = ["CREATE"]

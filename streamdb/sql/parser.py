@@ -52,6 +52,10 @@ STATEMENT_TYPES: tuple[type[exp.Expr], ...] = (
     ast.Discard,
     ast.Deallocate,
     ast.CopyStatement,
+    ast.Subscribe,
+    ast.DeclareCursor,
+    ast.FetchCursor,
+    ast.CloseCursor,
 )
 
 

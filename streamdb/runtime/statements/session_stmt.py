@@ -45,6 +45,7 @@ async def execute_transaction(plan: TransactionPlan, ctx: ExecContext) -> Execut
     was = s.txn_status
     s.txn_status = "I"
     s.savepoints.clear()
+    s.close_cursors()  # cursors live until the end of their transaction
     notices = []
     if was == "I":
         notices.append(Notice("there is no transaction in progress", severity="WARNING", sqlstate="25P01"))
