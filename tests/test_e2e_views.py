@@ -7,6 +7,7 @@ the same data (the embedded engine), while the view itself is maintained on Spar
 from __future__ import annotations
 
 import math
+import time
 from decimal import Decimal
 
 import psycopg
@@ -244,3 +245,18 @@ def test_create_stream_and_table_as_select(conn, unique):
         conn.execute(f"DROP MATERIALIZED VIEW {slow}")
     conn.execute(f"DROP STREAM {src} CASCADE")
     assert slow not in dict(conn.execute("SHOW ALL").fetchall())
+
+
+def test_temporal_filter_views_forget_old_rows_as_time_passes(conn, unique):
+    s, v = f"recent_src_{unique}", f"recent_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id INT, ts TIMESTAMPTZ)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {v} AS SELECT id FROM {s} WHERE ts > now() - INTERVAL '3 seconds'")
+    conn.execute(f"INSERT INTO {s} VALUES (1, now()), (2, now() - INTERVAL '1 hour')")
+    conn.execute("FLUSH")
+    assert conn.execute(f"SELECT id FROM {v}").fetchall() == [(1,)]
+    deadline = time.monotonic() + 20
+    while conn.execute(f"SELECT count(*) FROM {v}").fetchone()[0] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert conn.execute(f"SELECT count(*) FROM {v}").fetchone() == (0,)
+    assert time.monotonic() < deadline
+    conn.execute(f"DROP STREAM {s} CASCADE")

@@ -22,6 +22,18 @@ _NONLINEAR_ARGS = ("group", "having", "distinct", "limit", "offset", "joins", "l
 _TIME_DEPENDENT = (exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Rand)
 
 
+def is_time_dependent(resolved_sql: str) -> bool:
+    """Whether the query's result changes as time passes (temporal filters such as
+    `WHERE ts > now() - INTERVAL '1' HOUR`), so it must be re-evaluated without new input."""
+    ast = parse_one(resolved_sql)
+    for node in ast.walk():
+        if isinstance(node, (exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime)):
+            return True
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("now", "clock_timestamp"):
+            return True
+    return False
+
+
 def _linear_select(select: exp.Select) -> bool:
     if any(select.args.get(a) for a in _NONLINEAR_ARGS):
         return False

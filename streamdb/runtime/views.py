@@ -32,7 +32,7 @@ from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.create_view import QUERY_SQL
-from streamdb.planner.incremental import WEIGHT, delta_name, linear_delta_sql
+from streamdb.planner.incremental import WEIGHT, delta_name, is_time_dependent, linear_delta_sql
 from streamdb.planner.plans import QueryPlan, SubscribePlan
 from streamdb.runtime import changes as C
 from streamdb.runtime.api import Column
@@ -49,6 +49,8 @@ log = logging.getLogger("streamdb.views")
 
 META = "meta"
 FLUSH_TIMEOUT_SECONDS = 300
+# Views whose result depends on the time (temporal filters) are re-evaluated this often.
+TICK_SECONDS = 1.0
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
 _WEIGHT_COLUMN = Column(WEIGHT, T.BIGINT)
 
@@ -75,6 +77,7 @@ class ViewStatus:
     error_sqlstate: str | None = None
     processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
     incremental: bool = False
+    time_dependent: bool = False
 
 
 def _normalize(v: Any) -> Any:
@@ -176,7 +179,13 @@ class ViewMaintainer:
             except StreamDBError as e:
                 log.error("views cannot be maintained: %s", e.message)
         while True:
-            await self._wake.wait()
+            if any(st.time_dependent for st in self.status.values()):
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=TICK_SECONDS)
+                except TimeoutError:
+                    pass
+            else:
+                await self._wake.wait()
             self._wake.clear()
             await asyncio.sleep(0.01)  # let a burst of writes land in one epoch
             try:
@@ -272,10 +281,12 @@ class ViewMaintainer:
     def _prepare(self, view: RelationDef, st: ViewStatus, catalog: CatalogSnapshot, snap) -> _Work | None:
         """What a view's epoch needs: its inputs (or their changes) at this snapshot, and its SQL."""
         offsets = self._input_offsets(view, catalog, snap)
-        if offsets == st.processed and st.epochs > 0:
+        due = st.time_dependent and (st.last_epoch_at is None or time.time() - st.last_epoch_at >= TICK_SECONDS)
+        if offsets == st.processed and st.epochs > 0 and not due:
             return None
         started = time.monotonic()
         plan, delta_sql = self._plan(view, catalog)
+        st.time_dependent = is_time_dependent(plan.resolved_sql)
         tables: dict[str, pa.Table] = {}
         for inp in plan.inputs:
             rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
