@@ -150,3 +150,38 @@ def test_subscribe_streams_rows_to_the_client(server, conn, unique):
     th.join(60)
     assert not th.is_alive()
     assert sorted((r[1][0], r[1][2]) for r in rows) == [("insert", 1), ("insert", 2)]
+
+
+def test_copy_push_query_to_stdout_with_psql(server, conn, unique):
+    import os
+    import select
+    import subprocess
+
+    s = f"pcopy_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT, b TEXT)")
+    before = len(push_queries(conn))
+    psql = subprocess.Popen(
+        # stdbuf: psql writes COPY data through stdio, which a pipe would otherwise block-buffer.
+        ["stdbuf", "-oL", "psql", "-X", "-h", server.host, "-p", str(server.port), "-U", "streamdb", "streamdb",
+         "-c", f"COPY (SELECT a, b FROM {s} WHERE a > 1 EMIT CHANGES) TO STDOUT"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_subscribed(conn, before)
+        conn.execute(f"INSERT INTO {s} VALUES (1, 'no'), (2, 'two'), (3, 'th\tree')")
+        received = b""
+        deadline = time.monotonic() + 60
+        while received.count(b"\n") < 2 and time.monotonic() < deadline:
+            ready, _, _ = select.select([psql.stdout], [], [], 1.0)
+            if ready:
+                received += os.read(psql.stdout.fileno(), 65536)
+        lines = received.splitlines(keepends=True)
+        ops = sorted(line.decode().rstrip("\n").split("\t", 1)[0] + " " + line.decode().rstrip("\n").split("\t", 2)[2]
+                     for line in lines)
+        assert ops == ["insert 2\ttwo", "insert 3\tth\\tree"]
+    finally:
+        psql.terminate()
+        psql.wait(30)
+    deadline = time.monotonic() + 10
+    while len(push_queries(conn)) > before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(push_queries(conn)) == before  # the disconnect freed the subscription

@@ -10,6 +10,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.names import lookup_relation, normalize
 from streamdb.planner.options import property_values
 from streamdb.planner.plans import CopyFromPlan, CopyToPlan
+from streamdb.sql import ast as S
 from streamdb.sql.ast import CopyStatement
 
 _KNOWN = {"format", "delimiter", "null", "header", "quote", "escape", "encoding", "freeze"}
@@ -60,6 +61,13 @@ def plan(stmt: CopyStatement, ctx: PlanContext) -> CopyFromPlan | CopyToPlan:
         return CopyFromPlan(rel.name, rel.id, tuple(names), opts["format"], opts["delimiter"], opts["null"],
                             opts["header"], opts["quote"], opts["escape"])
     if direction == "TO":
+        if isinstance(target, (S.EmitChanges, S.Subscribe)):
+            from streamdb.planner import subscribe
+
+            sub = subscribe.plan(target.this, ctx) if isinstance(target, S.EmitChanges) \
+                else subscribe.plan_subscribe(target, ctx)
+            return CopyToPlan(sub.query, opts["format"], opts["delimiter"], opts["null"], opts["header"],
+                              subscribe=sub)
         if isinstance(target, exp.Table):
             rel = lookup_relation(ctx, target)
             cols = [normalize(c) for c in stmt.args.get("columns") or []]

@@ -210,6 +210,8 @@ class CopyToPlan(Plan):
     delimiter: str
     null: str
     header: bool
+    # COPY (<query> EMIT CHANGES | SUBSCRIBE ...) TO STDOUT: lines stream until cancelled.
+    subscribe: SubscribePlan | None = None
 
 
 # ---- introspection and session ----------------------------------------------------------

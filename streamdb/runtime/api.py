@@ -70,8 +70,11 @@ class ExecutionResult:
     # Set for COPY ... TO STDOUT: the encoded lines to send as CopyData (already formatted).
     copy_out: list[bytes] | None = None
     copy_out_format: str = "text"
-    # Push queries (issue 3): batches of rows as they arrive, until cancelled.
+    # Push queries: batches of rows as they arrive, until cancelled.
     stream: AsyncIterator[list[tuple[Any, ...]]] | None = None
+    # With `stream`: the rows are COPY lines (one bytes value each), sent as CopyData after a
+    # CopyOutResponse (COPY (... EMIT CHANGES) TO STDOUT).
+    copy_stream: bool = False
 
 
 class Session(Protocol):

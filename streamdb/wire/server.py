@@ -463,6 +463,8 @@ class Connection:
                 result = await self._copy_in(result)
             if result.copy_out is not None:
                 await self._send_copy_out(result)
+            elif result.stream is not None and result.copy_stream:
+                await self._stream_copy_out(result)
             elif result.stream is not None:
                 columns = result.columns or ()
                 self._send(pq.row_description(_describe_fields(columns, [pq.FORMAT_TEXT] * len(columns))))
@@ -556,6 +558,14 @@ class Connection:
         self._send(pq.copy_done())
 
     # --- push queries -------------------------------------------------------------------
+
+    async def _stream_copy_out(self, result: ExecutionResult) -> None:
+        """COPY ... TO STDOUT of a push query: CopyData per line as changes arrive."""
+        overall = pq.FORMAT_BINARY if result.copy_out_format == "binary" else pq.FORMAT_TEXT
+        ncols = len(result.columns) if result.columns is not None else 0
+        self._send(pq.copy_out_response(overall, [overall] * ncols))
+        await self._stream(result, lambda row: pq.copy_data(row[0]))
+        self._send(pq.copy_done())
 
     async def _stream(self, result: ExecutionResult, encode: Callable[[tuple[Any, ...]], bytes]) -> None:
         """Send row batches as the engine produces them, until the iterator ends, a cancel
@@ -723,6 +733,10 @@ class Connection:
             portal.rows = list(result.rows or [])
             if result.copy_out is not None:
                 await self._send_copy_out(result)
+                self._complete_portal(portal)
+                return
+            if result.stream is not None and result.copy_stream:
+                await self._stream_copy_out(result)
                 self._complete_portal(portal)
                 return
             if result.stream is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import AsyncIterator
 from typing import Any
 
 from streamdb import values
@@ -90,7 +91,36 @@ def _escape_text(s: str, delimiter: str) -> str:
             .replace(delimiter, "\\" + delimiter))
 
 
+def _format_lines(plan: CopyToPlan, cols: tuple, rows: list[tuple[Any, ...]]) -> list[bytes]:
+    if plan.format == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, delimiter=plan.delimiter, lineterminator="\n")
+        for r in rows:
+            w.writerow([plan.null if v is None else values.format_text(v, c.type) for v, c in zip(r, cols, strict=True)])
+        return [ln.encode() + b"\n" for ln in buf.getvalue().splitlines()]
+    return [(plan.delimiter.join(plan.null if v is None else _escape_text(values.format_text(v, c.type), plan.delimiter)
+                                 for v, c in zip(r, cols, strict=True)) + "\n").encode() for r in rows]
+
+
+async def _execute_to_stream(plan: CopyToPlan, ctx: ExecContext) -> ExecutionResult:
+    assert plan.subscribe is not None
+    views = ctx.engine.views
+    sub = views.subscribe(plan.subscribe)
+    cols = plan.subscribe.columns
+
+    async def lines() -> AsyncIterator[list[tuple[Any, ...]]]:
+        try:
+            async for batch in sub.batches():
+                yield [(line,) for line in _format_lines(plan, cols, batch)]
+        finally:
+            views.unsubscribe(sub)
+
+    return ExecutionResult("COPY 0", columns=cols, stream=lines(), copy_stream=True, copy_out_format=plan.format)
+
+
 async def execute_to(plan: CopyToPlan, ctx: ExecContext) -> ExecutionResult:
+    if plan.subscribe is not None:
+        return await _execute_to_stream(plan, ctx)
     rows = await query.run(ctx.engine, plan.query, ctx.info)
     cols = plan.query.columns
     lines: list[bytes] = []
