@@ -201,7 +201,10 @@ class ViewMaintainer:
 
     async def run_epoch(self) -> None:
         async with self._epoch_lock:
-            for level in levels(topological(self.engine.catalog.snapshot())):
+            catalog = self.engine.catalog.snapshot()
+            for view_id in [v for v in self.status if catalog.by_id(v) is None]:
+                del self.status[view_id]  # dropped: forget it, time-dependent ticks included
+            for level in levels(topological(catalog)):
                 await asyncio.to_thread(self._maintain_level, level)
             for sub in list(self.subscriptions.values()):
                 try:
