@@ -260,3 +260,48 @@ def test_temporal_filter_views_forget_old_rows_as_time_passes(conn, unique):
     assert conn.execute(f"SELECT count(*) FROM {v}").fetchone() == (0,)
     assert time.monotonic() < deadline
     conn.execute(f"DROP STREAM {s} CASCADE")
+
+
+def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
+    import datetime as dt
+
+    s = f"wbids_{unique}"
+    conn.execute(f"CREATE STREAM {s} (auction INT, price INT, ts TIMESTAMP, "
+                 f"WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)")
+    windows = (f"SELECT window_start, window_end, count(*) AS n, max(price) AS top "
+               f"FROM TUMBLE({s}, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end")
+    final, live = f"final_{unique}", f"live_{unique}"
+    conn.execute(f"CREATE MATERIALIZED VIEW {final} AS {windows} EMIT ON WINDOW CLOSE")
+    conn.execute(f"CREATE MATERIALIZED VIEW {live} AS {windows}")
+    t0 = dt.datetime(2024, 1, 1)
+    sec = dt.timedelta(seconds=1)
+
+    def insert(*rows):
+        conn.execute(f"INSERT INTO {s} VALUES " + ", ".join(f"({a}, {p}, '{t0 + o * sec}')" for a, p, o in rows))
+        conn.execute("FLUSH")
+
+    insert((1, 10, 1), (1, 20, 8))  # watermark 00:00:03: no window closed yet
+    assert conn.execute(f"SELECT * FROM {final}").fetchall() == []
+    assert conn.execute(f"SELECT n, top FROM {live}").fetchall() == [(2, 20)]
+    insert((2, 5, 16))  # watermark 00:00:11 closes [00:00, 00:10)
+    assert conn.execute(f"SELECT window_start, n, top FROM {final}").fetchall() == [(t0, 2, 20)]
+    insert((3, 99, 2))  # late: older than the watermark; counted, kept, not applied to closed windows
+    assert conn.execute(f"SELECT window_start, n, top FROM {final}").fetchall() == [(t0, 2, 20)]
+    assert sorted(conn.execute(f"SELECT window_start, n, top FROM {live}").fetchall()) == [
+        (t0, 3, 99), (t0 + 10 * sec, 1, 5)]
+    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (4,)  # nothing is dropped
+    insert((4, 1, 30))  # watermark 00:00:25 closes [00:10, 00:20)
+    assert sorted(conn.execute(f"SELECT window_start, n, top FROM {final}").fetchall()) == [
+        (t0, 2, 20), (t0 + 10 * sec, 1, 5)]
+    desc = dict(conn.execute(f"DESCRIBE {s}").fetchall())
+    assert desc["late events"] == "1" and desc["watermark"].startswith("ts - 5 seconds (now 2024-01-01 00:00:25")
+    queries = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert queries[final][8] == 1 and queries[live][8] == 1
+    with pytest.raises(psycopg.errors.FeatureNotSupported):
+        conn.execute(f"CREATE TABLE nowm_{unique} (ts TIMESTAMP, v INT)")
+        conn.execute(f"CREATE MATERIALIZED VIEW bad_{unique} AS SELECT window_end, count(*) "
+                     f"FROM TUMBLE(nowm_{unique}, ts, INTERVAL '1' SECOND) GROUP BY window_end EMIT ON WINDOW CLOSE")
+    # The option form declares the same watermark.
+    conn.execute(f"CREATE STREAM w2_{unique} (ts TIMESTAMPTZ, v INT) WITH (timestamp = 'ts', watermark = '1 minute')")
+    assert dict(conn.execute(f"DESCRIBE w2_{unique}").fetchall())["watermark"] == "ts - 60 seconds (no events yet)"
+    conn.execute(f"DROP STREAM {s} CASCADE")

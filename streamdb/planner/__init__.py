@@ -133,7 +133,7 @@ SHOW_COLUMNS: dict[str, tuple[Column, ...]] = {
     "MATERIALIZED VIEWS": _text("name", "query"),
     "QUERIES": (Column("name", T.TEXT), Column("kind", T.TEXT), Column("status", T.TEXT),
                 Column("epochs", T.BIGINT), Column("lag", T.BIGINT), Column("rows", T.BIGINT),
-                Column("last_epoch_ms", T.DOUBLE), Column("error", T.TEXT)),
+                Column("last_epoch_ms", T.DOUBLE), Column("error", T.TEXT), Column("late_events", T.BIGINT)),
 }
 DESCRIBE_COLUMNS = _text("property", "value")
 SHOW_CREATE_COLUMNS = _text("name", "create_sql")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from sqlglot import exp
+
 from streamdb import types as T
 from streamdb.catalog import RelationDef
 from streamdb.errors import DatatypeMismatch, FeatureNotSupported, UndefinedColumn
@@ -17,7 +19,17 @@ from streamdb.planner.options import (
     validate_options,
 )
 from streamdb.planner.plans import CreateRelationPlan
+from streamdb.planner.windows import interval_seconds
 from streamdb.sql.ast import CreateStream
+
+
+def _watermark_delay(expr: exp.Expression, column: str) -> float:
+    """`col` or `col - INTERVAL '5' SECOND` -> the delay in seconds."""
+    if isinstance(expr, exp.Column) and normalize(expr.this) == column:
+        return 0.0
+    if isinstance(expr, exp.Sub) and isinstance(expr.this, exp.Column) and normalize(expr.this.this) == column:
+        return interval_seconds(expr.expression, "watermark delay")
+    raise FeatureNotSupported("a watermark must be `col` or `col - INTERVAL '...'`")
 
 
 def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
@@ -30,8 +42,6 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
         from streamdb.planner import create_view
 
         return create_view.plan(stmt, ctx, sql, derived="stream")  # type: ignore[return-value]
-    if stmt.args.get("watermark") is not None:
-        raise FeatureNotSupported("watermarks are not yet supported")
     opts: StreamOptions = validate_options(StreamOptions, property_values(stmt.args.get("properties")), "stream")
     reject_connector_options(opts, bool(stmt.args.get("external")))
     defs = stmt.args.get("columns")
@@ -46,11 +56,27 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
             raise DatatypeMismatch(
                 f'timestamp column "{ts_col}" must be timestamp, timestamptz or bigint (epoch ms), '
                 f"not {col.type.name}")
+    delay: float | None = None
+    watermark = stmt.args.get("watermark")
+    if watermark is not None:
+        wm_col = normalize(watermark.this)
+        if ts_col is not None and ts_col != wm_col:
+            raise FeatureNotSupported(f'the watermark is on "{wm_col}" but the timestamp option names "{ts_col}"')
+        col = next((c for c in columns if c.name == wm_col), None)
+        if col is None or col.type not in (T.TIMESTAMP, T.TIMESTAMPTZ):
+            raise DatatypeMismatch(f'watermark column "{wm_col}" must be a timestamp column of the stream')
+        ts_col = wm_col
+        delay = _watermark_delay(watermark.args["expression"], wm_col)
+    elif opts.watermark is not None:
+        delay = interval_seconds(exp.Literal.string(opts.watermark), "watermark")
+    if delay is not None and schemaless:
+        raise FeatureNotSupported("watermarks need a stream with declared columns")
     rel = RelationDef(
         id=0, name=name, kind="stream", columns=columns, schemaless=schemaless,
         timestamp_column=ts_col, partitions=opts.partitions, value_format=opts.value_format,
         options=tuple((k, str(v)) for k, v in opts.model_dump(exclude_defaults=True).items()),
         create_sql=sql.strip(), created_at=time.time(),
+        extra=(("watermark_delay_seconds", delay),) if delay is not None else (),
     )
     return CreateRelationPlan(rel, if_not_exists=bool(stmt.args.get("exists")),
                               or_replace=bool(stmt.args.get("replace")))

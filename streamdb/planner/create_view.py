@@ -13,6 +13,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import linear_delta_sql
 from streamdb.planner.names import table_name
 from streamdb.planner.plans import CreateViewPlan
+from streamdb.sql import ast as S
 
 QUERY_SQL = "query_sql"
 
@@ -25,7 +26,21 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     body = stmt.args.get("expression")
     if body is None:
         raise FeatureNotSupported("CREATE MATERIALIZED VIEW needs AS SELECT ...")
-    q = query_planner.plan_query(body, ctx)
+    eowc_input: int | None = None
+    if isinstance(body, S.EmitOnWindowClose):
+        q = query_planner.plan_query(body.this, ctx)
+        if "window_end" not in [c.name for c in q.columns]:
+            raise FeatureNotSupported("EMIT ON WINDOW CLOSE needs the query to output window_end",
+                                      hint="Group by the window_start and window_end of TUMBLE or HOP.")
+        watermarked = [rel.id for i in q.inputs if i.relation_id is not None
+                       and (rel := ctx.catalog.by_id(i.relation_id)) is not None
+                       and dict(rel.extra).get("watermark_delay_seconds") is not None]
+        if len(watermarked) != 1:
+            raise FeatureNotSupported("EMIT ON WINDOW CLOSE needs exactly one input stream with a watermark",
+                                      hint="Declare one: CREATE STREAM s (..., WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)")
+        eowc_input = watermarked[0]
+    else:
+        q = query_planner.plan_query(body, ctx)
     if q.param_types:
         raise FeatureNotSupported("a view's query cannot have parameters")
     system = [i.system_key or "" for i in q.inputs if i.relation_id is None]
@@ -46,7 +61,8 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         id=0, name=name, kind="materialized_view", columns=tuple(columns),
         create_sql=sql.strip(), created_at=time.time(),
         depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None})),
-        extra=((QUERY_SQL, body.sql(dialect="streamdb")),) + ((("derived", derived),) if derived else ()),
+        extra=((QUERY_SQL, body.sql(dialect="streamdb")),) + ((("derived", derived),) if derived else ())
+        + ((("eowc_input", eowc_input),) if eowc_input is not None else ()),
     )
     if derived == "stream" and linear_delta_sql(q.resolved_sql, q.inputs) is None:
         raise FeatureNotSupported(

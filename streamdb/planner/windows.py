@@ -21,7 +21,7 @@ from streamdb.planner.names import normalize, position_of
 WINDOW_FUNCTIONS = ("TUMBLE", "HOP")
 
 
-def _seconds(node: exp.Expression, what: str) -> float:
+def interval_seconds(node: exp.Expression, what: str) -> float:
     if isinstance(node, exp.Interval):
         text = f"{node.this.name} {node.args['unit'].name if node.args.get('unit') else ''}".strip()
     elif isinstance(node, exp.Literal) and node.is_string:
@@ -70,12 +70,12 @@ def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pla
     ts = exp.column(ts_name, quoted=True)
     source = exp.Table(this=exp.to_identifier(rel_name), alias=exp.TableAlias(this=exp.to_identifier("w_src")))
     if name == "TUMBLE":
-        size = _seconds(args[2], "size")
+        size = interval_seconds(args[2], "size")
         start = _bucket(ts, size, None, cast_to)
         end = _bucket(ts, size, exp.Literal.number(-1), cast_to)
         select = exp.select(exp.Star(), exp.alias_(start, "window_start"), exp.alias_(end, "window_end")).from_(source)
     else:
-        slide, size = _seconds(args[2], "slide"), _seconds(args[3], "size")
+        slide, size = interval_seconds(args[2], "slide"), interval_seconds(args[3], "size")
         if not math.isclose(size / slide, round(size / slide)):
             raise FeatureNotSupported("HOP needs a size that is a whole multiple of the slide")
         count = int(round(size / slide))

@@ -50,6 +50,7 @@ class CatalogStore:
             relations.pop(rel.name, None)
             commit.deletes.append((CATALOG, rel.name.encode()))
             commit.deletes.append((META, f"view:{rel.id}".encode()))  # a view's progress, if any
+            commit.deletes.append((META, f"wm:{rel.id}".encode()))  # a stream's watermark, if any
             commit.drop_relations.append(rel.id)
         for rel in add:
             if rel.id == 0:

@@ -15,6 +15,7 @@ from streamdb.runtime import embedded
 from streamdb.runtime.catalog_store import CatalogStore
 from streamdb.runtime.reader import RelationReader
 from streamdb.runtime.views import ViewMaintainer
+from streamdb.runtime.watermarks import Watermarks
 from streamdb.storage import open_storage
 
 log = logging.getLogger("streamdb.engine")
@@ -29,6 +30,7 @@ class Engine:
                                     kafka_bootstrap=settings.kafka_bootstrap)
         self.catalog = CatalogStore(self.storage)
         self.reader = RelationReader(self.storage)
+        self.watermarks = Watermarks(self.storage)
         self.ddl_lock = asyncio.Lock()
         self._table_locks: dict[int, asyncio.Lock] = {}
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)

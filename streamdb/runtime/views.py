@@ -39,6 +39,7 @@ from streamdb.runtime.api import Column
 from streamdb.runtime.query import arrow_to_rows, with_planned_columns
 from streamdb.runtime.reader import state_store
 from streamdb.runtime.subscriptions import Subscription
+from streamdb.sql.ast import EmitOnWindowClose
 from streamdb.sql.parser import parse_one
 from streamdb.storage.base import Append, Commit
 
@@ -60,7 +61,9 @@ def view_query(view: RelationDef) -> exp.Expression:
     (regenerating through another dialect can change meaning)."""
     create = parse_one(view.create_sql)
     body = create.args.get("expression")
-    return body if body is not None else parse_one(dict(view.extra)[QUERY_SQL])
+    if body is None:
+        body = parse_one(dict(view.extra)[QUERY_SQL])
+    return body.this if isinstance(body, EmitOnWindowClose) else body
 
 
 def meta_key(view_id: int) -> bytes:
@@ -78,6 +81,7 @@ class ViewStatus:
     processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
     incremental: bool = False
     time_dependent: bool = False
+    emitted_until: dt.datetime | None = None  # EMIT ON WINDOW CLOSE: windows ending by here are out
 
 
 def _normalize(v: Any) -> Any:
@@ -97,10 +101,18 @@ class _Work:
     offsets: dict[int, tuple[int, ...]]
     tables: dict[str, pa.Table]
     started: float
+    close_until: dt.datetime | None = None  # EMIT ON WINDOW CLOSE: the input's watermark now
+    eowc: bool = False
 
     @property
     def sql(self) -> str:
         return self.delta_sql or self.plan.spark_sql
+
+
+def _aware(t: Any) -> dt.datetime | None:
+    if not isinstance(t, dt.datetime):
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
 
 
 def levels(views: list[RelationDef]) -> list[list[RelationDef]]:
@@ -168,6 +180,8 @@ class ViewMaintainer:
                     meta = json.loads(raw)
                     st.processed = {int(k): tuple(v) for k, v in meta["inputs"].items()}
                     st.epochs = meta.get("epoch", 0)
+                    if meta.get("emitted_until"):
+                        st.emitted_until = dt.datetime.fromisoformat(meta["emitted_until"])
 
     async def _run(self) -> None:
         spark = self.engine.spark
@@ -290,6 +304,12 @@ class ViewMaintainer:
         started = time.monotonic()
         plan, delta_sql = self._plan(view, catalog)
         st.time_dependent = is_time_dependent(plan.resolved_sql)
+        eowc_input = dict(view.extra).get("eowc_input")
+        close_until = None
+        if eowc_input is not None:
+            delta_sql = None  # final windows come from the whole input
+            source = catalog.by_id(int(eowc_input))
+            close_until = self.engine.watermarks.watermark(source) if source is not None else None
         tables: dict[str, pa.Table] = {}
         for inp in plan.inputs:
             rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
@@ -302,7 +322,7 @@ class ViewMaintainer:
             else:
                 tables[inp.registered_name] = with_planned_columns(self.engine.reader.read_state(rel, snap),
                                                                    inp.columns)
-        return _Work(view, st, plan, delta_sql, offsets, tables, started)
+        return _Work(view, st, plan, delta_sql, offsets, tables, started, close_until, eowc_input is not None)
 
     def _apply(self, item: _Work, result: pa.Table) -> None:
         """Turn a query result into the view's changes; commit them with the offsets they reflect."""
@@ -312,7 +332,24 @@ class ViewMaintainer:
         old: dict[bytes, tuple[tuple[Any, ...], int]] = {}
         new_by_key: dict[bytes, tuple[tuple[Any, ...], int]] = {}
         with engine.storage.snapshot() as snap:
-            if item.delta_sql is not None:
+            if item.eowc:
+                # Only windows the watermark closed since the last epoch; each is emitted once
+                # and never changes after (late events for it are counted, not applied).
+                end_at = [c.name for c in item.plan.columns].index("window_end")
+                lo, hi = _aware(st.emitted_until), _aware(item.close_until)
+                closing: Counter[tuple[Any, ...]] = Counter()
+                if hi is not None:
+                    for r in arrow_to_rows(result, item.plan.columns):
+                        end = _aware(r[end_at])
+                        if end is not None and end <= hi and (lo is None or end > lo):
+                            closing[self._row(r, view)] += 1
+                for row, n in closing.items():
+                    key = C.key_of(row)
+                    raw = snap.get(store, key)
+                    if raw is not None:
+                        old[key] = C.decode_view_row(raw)
+                    new_by_key[key] = (row, old.get(key, (row, 0))[1] + n)
+            elif item.delta_sql is not None:
                 weights: Counter[tuple[Any, ...]] = Counter()
                 for r in arrow_to_rows(result, (*item.plan.columns, _WEIGHT_COLUMN)):
                     weights[self._row(r[:-1], view)] += r[-1]
@@ -348,7 +385,12 @@ class ViewMaintainer:
                                      [c[1] for c in changes], [c[2] for c in changes])
             commit.appends.append(Append(view.id, 0, payload, len(changes)))
         epoch = st.epochs + 1
-        meta = {"inputs": {str(k): list(v) for k, v in item.offsets.items()}, "epoch": epoch}
+        meta: dict[str, Any] = {"inputs": {str(k): list(v) for k, v in item.offsets.items()}, "epoch": epoch}
+        emitted_until = st.emitted_until
+        if item.eowc and item.close_until is not None:
+            emitted_until = item.close_until
+        if emitted_until is not None:
+            meta["emitted_until"] = emitted_until.isoformat()
         commit.puts.append((META, meta_key(view.id), json.dumps(meta).encode()))
         # The view may have been dropped while Spark ran: then there is nothing to store.
         if engine.catalog.snapshot().by_id(view.id) is None:
@@ -356,6 +398,7 @@ class ViewMaintainer:
         engine.storage.commit(commit)
         st.processed = item.offsets
         st.epochs = epoch
+        st.emitted_until = emitted_until
         st.incremental = item.delta_sql is not None
         st.last_epoch_ms = (time.monotonic() - item.started) * 1000
         st.last_epoch_at = time.time()

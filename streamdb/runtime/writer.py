@@ -24,6 +24,7 @@ from streamdb.errors import NotNullViolation, StreamDBError
 from streamdb.planner.coerce import NotALiteral, coerce, literal_value
 from streamdb.runtime import changes as C
 from streamdb.runtime.reader import state_store
+from streamdb.runtime.watermarks import delay_of
 from streamdb.storage.base import Append, Commit
 
 if TYPE_CHECKING:
@@ -187,6 +188,16 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
             idx = [rel.column_names().index(k) for k in rel.key_columns]
             keys = [C.key_of(tuple(r[i] for i in idx)) for r in full_rows]
         commit.appends.extend(_stream_appends(rel, full_rows, rowtimes, keys or [None] * len(full_rows)))
+        delay = delay_of(rel)
+        if delay is not None:
+            # The watermark moves with the events that move it, in the same commit.
+            async with engine.table_lock(rel.id):
+                state = engine.watermarks.state(rel.id).advanced(rowtimes, delay)
+                commit.puts.append(engine.watermarks.put(rel.id, state))
+                await engine.storage.commit_async(commit)
+                engine.watermarks.installed(rel.id, state)
+            engine.notify_write(rel.id)
+            return len(rows)
     await engine.storage.commit_async(commit)
     engine.notify_write(rel.id)
     return len(rows)

@@ -165,3 +165,10 @@ class CloseCursor(exp.Expression):
     """CLOSE name | CLOSE ALL."""
 
     arg_types = {"this": True}
+
+
+class EmitOnWindowClose(exp.Expression):
+    """<query> EMIT ON WINDOW CLOSE, in CREATE MATERIALIZED VIEW: only windows the watermark has
+    closed, each emitted once and final. `this` is the query."""
+
+    arg_types = {"this": True}

@@ -672,6 +672,13 @@ class StreamDB(Postgres):
             self._retreat(index)
             return self._parse_create()
 
+        def _parse_ddl_select(self) -> exp.Expr | None:
+            # CREATE MATERIALIZED VIEW ... AS <query> EMIT ON WINDOW CLOSE
+            query = super()._parse_ddl_select()
+            if query is not None and self._match_text_seq("EMIT", "ON", "WINDOW", "CLOSE"):
+                return self.expression(ast.EmitOnWindowClose(this=query))
+            return query
+
         def _parse_create_stream(self, replace: bool, external: bool) -> exp.Expr:
             exists = self._parse_exists(not_=True)
             name = self._parse_table_parts(schema=True)
@@ -970,6 +977,7 @@ class StreamDB(Postgres):
             ast.Deallocate: lambda self, e: self.deallocate_sql(e),
             ast.CopyStatement: lambda self, e: self.copystatement_sql(e),
             ast.Subscribe: lambda self, e: self.subscribe_sql(e),
+            ast.EmitOnWindowClose: lambda self, e: f"{self.sql(e, 'this')} EMIT ON WINDOW CLOSE",
             ast.DeclareCursor: lambda self, e: f"DECLARE {self.sql(e, 'this')} CURSOR FOR {self.sql(e, 'expression')}",
             ast.FetchCursor: lambda self, e: self.fetchcursor_sql(e),
             ast.CloseCursor: lambda self, e: f"CLOSE {e.this.name if isinstance(e.this, exp.Literal) else self.sql(e, 'this')}",

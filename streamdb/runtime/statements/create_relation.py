@@ -38,6 +38,7 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
         engine.catalog.applied(snapshot)
         for old in remove:
             engine.reader.forget(old.id)
+            engine.watermarks.forget(old.id)
     if rel.kind == "materialized_view":
         return await _hydrate(ctx, rel.name, tag)
     return ExecutionResult(tag)

@@ -48,4 +48,5 @@ async def execute(plan: DropPlan, ctx: ExecContext) -> ExecutionResult:
             engine.catalog.applied(snapshot)
             for rel_id in to_drop:
                 engine.reader.forget(rel_id)
+                engine.watermarks.forget(rel_id)
     return ExecutionResult(f"DROP {_WORD[plan.kind]}", notices=notices)

@@ -9,6 +9,7 @@ from streamdb.planner import DESCRIBE_COLUMNS, SHOW_COLUMNS, SHOW_CREATE_COLUMNS
 from streamdb.planner.plans import DescribeRelationPlan, ShowCreatePlan, ShowObjectsPlan
 from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
+from streamdb.runtime.watermarks import delay_of
 
 _KIND_FOR = {"STREAMS": "stream", "TABLES": "table", "VIEWS": "view", "MATERIALIZED VIEWS": "materialized_view"}
 
@@ -29,14 +30,16 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
                 status += " (incremental)" if st.incremental else " (recompute)"
             with ctx.engine.storage.snapshot() as snap:
                 count = ctx.engine.reader.row_count(r, snap)
+            late = _late_events(ctx, r.depends_on)
             rows.append((r.name, r.shown_kind.replace("_", " ") + (" (derived)" if r.shown_kind != r.kind else ""),
                          status, st.epochs if st else 0, lag,
-                         count, st.last_epoch_ms if st else None, st.error if st else None))
+                         count, st.last_epoch_ms if st else None, st.error if st else None, late))
         for sub in list(views.subscriptions.values()):
             status = "failed" if sub.error else ("running" if sub.started else "starting")
             status += " (incremental)" if sub.plan.delta_sql else " (recompute)"
+            inputs = tuple(i.relation_id for i in sub.plan.query.inputs if i.relation_id is not None)
             rows.append((f"push query {sub.id}", "push query", status, sub.epochs, None, sub.buffered,
-                         sub.last_epoch_ms, sub.error.message if sub.error else None))
+                         sub.last_epoch_ms, sub.error.message if sub.error else None, _late_events(ctx, inputs)))
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "ALL":
         rows = [(r.name, r.shown_kind.replace("_", " ")) for r in rels]
@@ -53,6 +56,14 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
         else:
             rows = [(r.name,) for r in chosen]
     return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
+
+
+def _late_events(ctx: ExecContext, inputs: tuple[int, ...]) -> int | None:
+    """Late events of the watermarked streams a query reads (None when none has a watermark)."""
+    catalog = ctx.engine.catalog.snapshot()
+    counts = [ctx.engine.watermarks.state(rel.id).late_events for rid in inputs
+              if (rel := catalog.by_id(rid)) is not None and delay_of(rel) is not None]
+    return sum(counts) if counts else None
 
 
 async def execute_create(plan: ShowCreatePlan, ctx: ExecContext) -> ExecutionResult:
@@ -86,6 +97,13 @@ async def execute_describe(plan: DescribeRelationPlan, ctx: ExecContext) -> Exec
         rows.append(("event time", rel.timestamp_column or "ROWTIME (arrival time unless given on insert)"))
         if rel.schemaless:
             rows.append(("schema", "schemaless JSON (columns are the keys seen so far)"))
+        delay = delay_of(rel)
+        if delay is not None:
+            state = engine.watermarks.state(rel.id)
+            current = state.watermark(delay)
+            rows.append(("watermark", f"{rel.timestamp_column or 'rowtime'} - {delay:g} seconds"
+                         + (f" (now {current.isoformat(sep=' ')})" if current else " (no events yet)")))
+            rows.append(("late events", str(state.late_events)))
     if rel.kind == "table":
         rows.append(("primary key", ", ".join(rel.primary_key) or "(none: a multiset)"))
     rows.append(("format", rel.value_format))

@@ -1,0 +1,88 @@
+"""Event-time watermarks of streams, and the late events they reveal.
+
+A stream declared with a watermark (`WITH (timestamp = 'ts', watermark = '5 seconds')` or
+`WATERMARK FOR ts AS ts - INTERVAL '5' SECOND`) has watermark = the largest event time seen so
+far minus the delay. An event older than the watermark when it arrives is late: it is stored like
+any other event (never dropped) and counted. The state is committed with the events that move it,
+so it survives a crash exactly as they do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+from streamdb.catalog import RelationDef
+from streamdb.storage.base import Storage
+
+META = "meta"
+DELAY_KEY = "watermark_delay_seconds"
+
+
+def delay_of(rel: RelationDef) -> float | None:
+    value = dict(rel.extra).get(DELAY_KEY)
+    return None if value is None else float(value)
+
+
+def _key(rel_id: int) -> bytes:
+    return f"wm:{rel_id}".encode()
+
+
+@dataclass(frozen=True)
+class WatermarkState:
+    max_event_time: dt.datetime | None = None
+    late_events: int = 0
+
+    def watermark(self, delay: float) -> dt.datetime | None:
+        if self.max_event_time is None:
+            return None
+        return self.max_event_time - dt.timedelta(seconds=delay)
+
+    def advanced(self, rowtimes: list[dt.datetime], delay: float) -> WatermarkState:
+        top, late = self.max_event_time, self.late_events
+        for t in rowtimes:
+            if top is not None and t < top - dt.timedelta(seconds=delay):
+                late += 1
+            if top is None or t > top:
+                top = t
+        return WatermarkState(top, late)
+
+    def to_json(self) -> bytes:
+        top = self.max_event_time.isoformat() if self.max_event_time else None
+        return json.dumps({"max_event_time": top, "late_events": self.late_events}).encode()
+
+    @staticmethod
+    def from_json(raw: bytes) -> WatermarkState:
+        d = json.loads(raw)
+        top = dt.datetime.fromisoformat(d["max_event_time"]) if d.get("max_event_time") else None
+        return WatermarkState(top, int(d.get("late_events", 0)))
+
+
+class Watermarks:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._states: dict[int, WatermarkState] = {}
+
+    def state(self, rel_id: int) -> WatermarkState:
+        st = self._states.get(rel_id)
+        if st is None:
+            with self._storage.snapshot() as snap:
+                raw = snap.get(META, _key(rel_id))
+            st = WatermarkState.from_json(raw) if raw else WatermarkState()
+            self._states[rel_id] = st
+        return st
+
+    def put(self, rel_id: int, state: WatermarkState) -> tuple[str, bytes, bytes]:
+        """The storage put recording `state`; call `installed` once it is committed."""
+        return (META, _key(rel_id), state.to_json())
+
+    def installed(self, rel_id: int, state: WatermarkState) -> None:
+        self._states[rel_id] = state
+
+    def forget(self, rel_id: int) -> None:
+        self._states.pop(rel_id, None)
+
+    def watermark(self, rel: RelationDef) -> dt.datetime | None:
+        delay = delay_of(rel)
+        return None if delay is None else self.state(rel.id).watermark(delay)
