@@ -71,8 +71,9 @@ class RelationDef:
     def shown_kind(self) -> str:
         """What users see: a stream or table derived by CREATE STREAM/TABLE AS SELECT is maintained
         as a materialized view but shows, lists and drops as a stream or table."""
-        derived = dict(self.extra).get("derived")
-        return str(derived) if derived else self.kind
+        extra = dict(self.extra)
+        shown = extra.get("derived") or extra.get("shown_as")
+        return str(shown) if shown else self.kind
 
     @property
     def qualified_name(self) -> str:

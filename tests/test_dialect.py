@@ -529,3 +529,15 @@ def test_subscribe_and_cursor_round_trip(sql: str, generated: str) -> None:
     tree = parse_one(sql)
     assert generate(tree) == generated
     assert parse_one(generated) == tree
+
+
+def test_watermarked_append_only_table_is_a_stream() -> None:
+    sql = "create table t (tm timestamp, foo int, watermark for tm as tm - interval '5 minutes') append only"
+    tree = parse_one(sql)
+    assert isinstance(tree, ast.CreateStream) and tree.args.get("table")
+    generated = generate(tree)
+    assert generated.startswith("CREATE TABLE t (tm TIMESTAMP, foo INT, WATERMARK FOR tm AS tm - ")
+    assert generated.endswith("APPEND ONLY")
+    assert parse_one(generated) == tree
+    # Without a watermark it stays an ordinary table.
+    assert isinstance(parse_one("CREATE TABLE u (a INT, PRIMARY KEY (a))"), exp.Create)

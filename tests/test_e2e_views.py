@@ -305,3 +305,15 @@ def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
     conn.execute(f"CREATE STREAM w2_{unique} (ts TIMESTAMPTZ, v INT) WITH (timestamp = 'ts', watermark = '1 minute')")
     assert dict(conn.execute(f"DESCRIBE w2_{unique}").fetchall())["watermark"] == "ts - 60 seconds (no events yet)"
     conn.execute(f"DROP STREAM {s} CASCADE")
+
+
+def test_risingwave_watermarked_table_and_eowc_select(conn, unique):
+    t, mv = f"rwt_{unique}", f"rwmv_{unique}"
+    conn.execute(f"CREATE TABLE {t} (tm TIMESTAMP, foo INT, WATERMARK FOR tm AS tm - INTERVAL '5 minutes') APPEND ONLY")
+    assert dict(conn.execute("SHOW ALL").fetchall())[t] == "table"
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS SELECT tm, foo FROM {t} EMIT ON WINDOW CLOSE")
+    conn.execute(f"INSERT INTO {t} VALUES ('2023-05-06 16:51:00', 1), ('2023-05-06 16:56:00', 8), "
+                 f"('2023-05-06 17:30:00', 3), ('2023-05-06 17:59:00', 4), ('2023-05-06 18:01:00', 6)")
+    conn.execute("FLUSH")
+    assert [r[1] for r in conn.execute(f"SELECT * FROM {mv} ORDER BY tm").fetchall()] == [1, 8, 3]
+    conn.execute(f"DROP TABLE {t} CASCADE")

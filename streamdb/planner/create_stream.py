@@ -76,7 +76,8 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
         timestamp_column=ts_col, partitions=opts.partitions, value_format=opts.value_format,
         options=tuple((k, str(v)) for k, v in opts.model_dump(exclude_defaults=True).items()),
         create_sql=sql.strip(), created_at=time.time(),
-        extra=(("watermark_delay_seconds", delay),) if delay is not None else (),
+        extra=((("watermark_delay_seconds", delay),) if delay is not None else ())
+        + ((("shown_as", "table"),) if stmt.args.get("table") else ()),
     )
     return CreateRelationPlan(rel, if_not_exists=bool(stmt.args.get("exists")),
                               or_replace=bool(stmt.args.get("replace")))

@@ -29,16 +29,20 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     eowc_input: int | None = None
     if isinstance(body, S.EmitOnWindowClose):
         q = query_planner.plan_query(body.this, ctx)
-        if "window_end" not in [c.name for c in q.columns]:
-            raise FeatureNotSupported("EMIT ON WINDOW CLOSE needs the query to output window_end",
-                                      hint="Group by the window_start and window_end of TUMBLE or HOP.")
-        watermarked = [rel.id for i in q.inputs if i.relation_id is not None
+        watermarked = [rel for i in q.inputs if i.relation_id is not None
                        and (rel := ctx.catalog.by_id(i.relation_id)) is not None
                        and dict(rel.extra).get("watermark_delay_seconds") is not None]
         if len(watermarked) != 1:
             raise FeatureNotSupported("EMIT ON WINDOW CLOSE needs exactly one input stream with a watermark",
                                       hint="Declare one: CREATE STREAM s (..., WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)")
-        eowc_input = watermarked[0]
+        names = [c.name for c in q.columns]
+        # A row is final once the watermark passes its window's end, or its own event time.
+        close_column = "window_end" if "window_end" in names else watermarked[0].timestamp_column
+        if close_column not in names:
+            raise FeatureNotSupported("EMIT ON WINDOW CLOSE needs the query to output window_end "
+                                      f"(or the watermark column {watermarked[0].timestamp_column})",
+                                      hint="Group by the window_start and window_end of TUMBLE or HOP.")
+        eowc_input = watermarked[0].id
     else:
         q = query_planner.plan_query(body, ctx)
     if q.param_types:
@@ -62,7 +66,7 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         create_sql=sql.strip(), created_at=time.time(),
         depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None})),
         extra=((QUERY_SQL, body.sql(dialect="streamdb")),) + ((("derived", derived),) if derived else ())
-        + ((("eowc_input", eowc_input),) if eowc_input is not None else ()),
+        + ((("eowc_input", eowc_input), ("eowc_column", close_column)) if eowc_input is not None else ()),
     )
     if derived == "stream" and linear_delta_sql(q.resolved_sql, q.inputs) is None:
         raise FeatureNotSupported(

@@ -335,7 +335,7 @@ class ViewMaintainer:
             if item.eowc:
                 # Only windows the watermark closed since the last epoch; each is emitted once
                 # and never changes after (late events for it are counted, not applied).
-                end_at = [c.name for c in item.plan.columns].index("window_end")
+                end_at = [c.name for c in item.plan.columns].index(dict(view.extra).get("eowc_column", "window_end"))
                 lo, hi = _aware(st.emitted_until), _aware(item.close_until)
                 closing: Counter[tuple[Any, ...]] = Counter()
                 if hi is not None:

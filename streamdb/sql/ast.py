@@ -29,6 +29,7 @@ class CreateStream(exp.Expression):
         "external": False,
         "exists": False,  # IF NOT EXISTS
         "expression": False,  # AS SELECT ... (derived stream, issue 3)
+        "table": False,  # written as RisingWave's CREATE TABLE (... WATERMARK FOR ...) APPEND ONLY
     }
 
 

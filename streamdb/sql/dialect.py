@@ -290,11 +290,12 @@ class StreamDB(Postgres):
             return query
 
         def _at_emit_changes(self) -> bool:
+            # EMIT CHANGES, and EMIT ON WINDOW CLOSE
             return (
                 self._curr.token_type == TokenType.VAR
                 and self._curr.text.upper() == "EMIT"
-                and self._next.token_type == TokenType.VAR
-                and self._next.text.upper() == "CHANGES"
+                and self._next is not None
+                and self._next.text.upper() in ("CHANGES", "ON")
             )
 
         # EMIT would otherwise be taken as an implicit alias in `SELECT a FROM t EMIT CHANGES`.
@@ -669,8 +670,28 @@ class StreamDB(Postgres):
             external = self._match_text_seq("EXTERNAL")
             if self._match_text_seq("STREAM"):
                 return self._parse_create_stream(replace, external)
+            if not external and self._match(TokenType.TABLE):
+                table = self._try_watermarked_table(replace)
+                if table is not None:
+                    return table
             self._retreat(index)
             return self._parse_create()
+
+        def _try_watermarked_table(self, replace: bool) -> exp.Expr | None:
+            """RisingWave's `CREATE TABLE t (..., WATERMARK FOR ts AS ...) [APPEND ONLY]`: an
+            append-only relation with event time, which is what a stream is here."""
+            start, errors = self._index, list(self.errors)
+            try:
+                stream = self._parse_create_stream(replace, False)
+            except ParseError:
+                stream = None
+            if stream is None or stream.args.get("watermark") is None or stream.args.get("expression"):
+                self._retreat(start)
+                self.errors = errors
+                return None
+            self._match_text_seq("APPEND", "ONLY")
+            stream.set("table", True)
+            return stream
 
         def _parse_ddl_select(self) -> exp.Expr | None:
             # CREATE MATERIALIZED VIEW ... AS <query> EMIT ON WINDOW CLOSE
@@ -1006,7 +1027,7 @@ class StreamDB(Postgres):
                 parts.append("OR REPLACE")
             if expression.args.get("external"):
                 parts.append("EXTERNAL")
-            parts.append("STREAM")
+            parts.append("TABLE" if expression.args.get("table") else "STREAM")
             if expression.args.get("exists"):
                 parts.append("IF NOT EXISTS")
             name = self.sql(expression, "this")
@@ -1018,6 +1039,8 @@ class StreamDB(Postgres):
                 parts.append(f"WITH ({self.stream_properties_sql(expression.args['properties'])})")
             if expression.args.get("expression"):
                 parts.append(f"AS {self.sql(expression, 'expression')}")
+            if expression.args.get("table"):
+                parts.append("APPEND ONLY")
             return " ".join(parts)
 
         def stream_properties_sql(self, properties: list[exp.Expr]) -> str:
