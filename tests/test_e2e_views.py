@@ -317,3 +317,16 @@ def test_risingwave_watermarked_table_and_eowc_select(conn, unique):
     conn.execute("FLUSH")
     assert [r[1] for r in conn.execute(f"SELECT * FROM {mv} ORDER BY tm").fetchall()] == [1, 8, 3]
     conn.execute(f"DROP TABLE {t} CASCADE")
+
+
+def test_eowc_grouped_by_window_start_only(conn, unique):
+    t, mv = f"rwg_{unique}", f"rwgmv_{unique}"
+    conn.execute(f"CREATE TABLE {t} (tm TIMESTAMP, foo INT, WATERMARK FOR tm AS tm - INTERVAL '5 minutes') APPEND ONLY")
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS SELECT window_start, max(foo) FROM TUMBLE({t}, tm, "
+                 f"INTERVAL '1 hour') GROUP BY window_start EMIT ON WINDOW CLOSE")
+    conn.execute(f"INSERT INTO {t} VALUES ('2023-05-06 16:51:00', 1), ('2023-05-06 16:56:00', 8), "
+                 f"('2023-05-06 17:30:00', 3), ('2023-05-06 17:59:00', 4), ('2023-05-06 18:01:00', 6)")
+    conn.execute("FLUSH")
+    import datetime as dt
+    assert conn.execute(f"SELECT * FROM {mv}").fetchall() == [(dt.datetime(2023, 5, 6, 16), 8)]
+    conn.execute(f"DROP TABLE {t} CASCADE")

@@ -13,9 +13,18 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import linear_delta_sql
 from streamdb.planner.names import table_name
 from streamdb.planner.plans import CreateViewPlan
+from streamdb.planner.windows import interval_seconds
 from streamdb.sql import ast as S
 
 QUERY_SQL = "query_sql"
+
+
+def _window_size(query: exp.Expression) -> float | None:
+    for call in query.find_all(exp.Anonymous):
+        name = str(call.this).upper()
+        if name in ("TUMBLE", "HOP") and len(call.expressions) >= (3 if name == "TUMBLE" else 4):
+            return interval_seconds(call.expressions[2 if name == "TUMBLE" else 3], "size")
+    return None
 
 
 def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None = None) -> CreateViewPlan:
@@ -38,6 +47,12 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         names = [c.name for c in q.columns]
         # A row is final once the watermark passes its window's end, or its own event time.
         close_column = "window_end" if "window_end" in names else watermarked[0].timestamp_column
+        close_offset = 0.0
+        if close_column not in names and "window_start" in names:
+            # Grouped by window_start only: the window ends one window size later.
+            size = _window_size(body.this)
+            if size is not None:
+                close_column, close_offset = "window_start", size
         if close_column not in names:
             raise FeatureNotSupported("EMIT ON WINDOW CLOSE needs the query to output window_end "
                                       f"(or the watermark column {watermarked[0].timestamp_column})",
@@ -66,7 +81,8 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         create_sql=sql.strip(), created_at=time.time(),
         depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None})),
         extra=((QUERY_SQL, body.sql(dialect="streamdb")),) + ((("derived", derived),) if derived else ())
-        + ((("eowc_input", eowc_input), ("eowc_column", close_column)) if eowc_input is not None else ()),
+        + ((("eowc_input", eowc_input), ("eowc_column", close_column), ("eowc_offset_seconds", close_offset))
+           if eowc_input is not None else ()),
     )
     if derived == "stream" and linear_delta_sql(q.resolved_sql, q.inputs) is None:
         raise FeatureNotSupported(

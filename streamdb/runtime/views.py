@@ -335,12 +335,15 @@ class ViewMaintainer:
             if item.eowc:
                 # Only windows the watermark closed since the last epoch; each is emitted once
                 # and never changes after (late events for it are counted, not applied).
-                end_at = [c.name for c in item.plan.columns].index(dict(view.extra).get("eowc_column", "window_end"))
+                extra = dict(view.extra)
+                end_at = [c.name for c in item.plan.columns].index(extra.get("eowc_column", "window_end"))
+                offset = dt.timedelta(seconds=float(extra.get("eowc_offset_seconds") or 0))
                 lo, hi = _aware(st.emitted_until), _aware(item.close_until)
                 closing: Counter[tuple[Any, ...]] = Counter()
                 if hi is not None:
                     for r in arrow_to_rows(result, item.plan.columns):
                         end = _aware(r[end_at])
+                        end = end + offset if end is not None else None
                         if end is not None and end <= hi and (lo is None or end > lo):
                             closing[self._row(r, view)] += 1
                 for row, n in closing.items():
