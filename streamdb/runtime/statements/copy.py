@@ -92,14 +92,19 @@ def _escape_text(s: str, delimiter: str) -> str:
 
 
 def _format_lines(plan: CopyToPlan, cols: tuple, rows: list[tuple[Any, ...]]) -> list[bytes]:
-    if plan.format == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, delimiter=plan.delimiter, lineterminator="\n")
-        for r in rows:
-            w.writerow([plan.null if v is None else values.format_text(v, c.type) for v, c in zip(r, cols, strict=True)])
-        return [ln.encode() + b"\n" for ln in buf.getvalue().splitlines()]
-    return [(plan.delimiter.join(plan.null if v is None else _escape_text(values.format_text(v, c.type), plan.delimiter)
-                                 for v, c in zip(r, cols, strict=True)) + "\n").encode() for r in rows]
+    """One COPY line per row (a CSV field may itself hold newlines, so rows are written one by one)."""
+    out = []
+    for r in rows:
+        if plan.format == "csv":
+            buf = io.StringIO()
+            csv.writer(buf, delimiter=plan.delimiter, lineterminator="\n").writerow(
+                [plan.null if v is None else values.format_text(v, c.type) for v, c in zip(r, cols, strict=True)])
+            out.append(buf.getvalue().encode())
+        else:
+            fields = [plan.null if v is None else _escape_text(values.format_text(v, c.type), plan.delimiter)
+                      for v, c in zip(r, cols, strict=True)]
+            out.append((plan.delimiter.join(fields) + "\n").encode())
+    return out
 
 
 async def _execute_to_stream(plan: CopyToPlan, ctx: ExecContext) -> ExecutionResult:
@@ -123,20 +128,8 @@ async def execute_to(plan: CopyToPlan, ctx: ExecContext) -> ExecutionResult:
         return await _execute_to_stream(plan, ctx)
     rows = await query.run(ctx.engine, plan.query, ctx.info)
     cols = plan.query.columns
-    lines: list[bytes] = []
-    if plan.format == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, delimiter=plan.delimiter, lineterminator="\n")
-        if plan.header:
-            w.writerow([c.name for c in cols])
-        for r in rows:
-            w.writerow([plan.null if v is None else values.format_text(v, c.type) for v, c in zip(r, cols, strict=True)])
-        lines = [ln.encode() + b"\n" for ln in buf.getvalue().splitlines()]
-    else:
-        if plan.header:
-            lines.append((plan.delimiter.join(c.name for c in cols) + "\n").encode())
-        for r in rows:
-            fields = [plan.null if v is None else _escape_text(values.format_text(v, c.type), plan.delimiter)
-                      for v, c in zip(r, cols, strict=True)]
-            lines.append((plan.delimiter.join(fields) + "\n").encode())
+    lines = _format_lines(plan, cols, rows)
+    if plan.header:
+        header = plan.delimiter.join(c.name for c in cols)
+        lines.insert(0, (header + "\n").encode())
     return ExecutionResult(f"COPY {len(rows)}", columns=cols, copy_out=lines, copy_out_format=plan.format)
