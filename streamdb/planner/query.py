@@ -351,11 +351,3 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
         return typed.sql(dialect="spark")
     except Exception:  # noqa: BLE001 - some shapes defeat qualification; the plain form still runs
         return query.sql(dialect="spark")
-
-
-def prepared_query_ast(ast: exp.Expression, ctx: PlanContext, changes: bool = False) -> exp.Expression:
-    """The resolved AST (tables renamed, stars expanded) for runtimes that bind parameters later."""
-    query = ast.copy()
-    resolver = _Resolver(ctx, "changes" if changes else "state")
-    _expand_stars(query, _resolve_tables(query, resolver))
-    return query

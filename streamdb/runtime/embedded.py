@@ -70,12 +70,6 @@ def run(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
             raise translate_error(e) from None
 
 
-def interrupt_current() -> None:
-    con = getattr(_local, "con", None)
-    if con is not None:
-        con.interrupt()
-
-
 _COLUMN_NOT_FOUND = re.compile(r'Referenced column "([^"]+)" not found')
 _TABLE_COLUMN = re.compile(r'Table "([^"]+)" does not have a column named "([^"]+)"')
 _FUNC = re.compile(r'Scalar Function with name (\w+) does not exist|Function with name (\w+) does not exist')

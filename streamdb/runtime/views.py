@@ -75,7 +75,6 @@ class ViewStatus:
     epochs: int = 0
     last_epoch_ms: float | None = None
     last_epoch_at: float | None = None
-    rows: int = 0
     error: str | None = None
     error_sqlstate: str | None = None
     processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
@@ -295,6 +294,25 @@ class ViewMaintainer:
         st.error, st.error_sqlstate = e.message, e.sqlstate
         log.warning("view %s: %s", view.name, e.message)
 
+    def _query_inputs(self, plan: QueryPlan, changes_only: bool, processed: dict[int, tuple[int, ...]],
+                      catalog: CatalogSnapshot, snap) -> tuple[dict[str, pa.Table], dict[int, tuple[int, ...]]]:
+        """A query's inputs at this snapshot, registered for Spark, and their end offsets. For a
+        linear query only the changes since `processed`, under their delta names."""
+        tables: dict[str, pa.Table] = {}
+        offsets: dict[int, tuple[int, ...]] = {}
+        for inp in plan.inputs:
+            rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
+            if rel is None:
+                raise ObjectNotInPrerequisiteState(f'input "{inp.registered_name}" of the query no longer exists')
+            offsets[rel.id] = self.engine.reader.end_offsets(rel, snap)
+            if changes_only:
+                delta = self.engine.reader.read_delta(rel, snap, processed.get(rel.id, ()))
+                tables[delta_name(inp.registered_name)] = with_planned_columns(delta, inp.columns)
+            else:
+                tables[inp.registered_name] = with_planned_columns(self.engine.reader.read_state(rel, snap),
+                                                                   inp.columns)
+        return tables, offsets
+
     def _prepare(self, view: RelationDef, st: ViewStatus, catalog: CatalogSnapshot, snap) -> _Work | None:
         """What a view's epoch needs: its inputs (or their changes) at this snapshot, and its SQL."""
         offsets = self._input_offsets(view, catalog, snap)
@@ -310,18 +328,7 @@ class ViewMaintainer:
             delta_sql = None  # final windows come from the whole input
             source = catalog.by_id(int(eowc_input))
             close_until = self.engine.watermarks.watermark(source) if source is not None else None
-        tables: dict[str, pa.Table] = {}
-        for inp in plan.inputs:
-            rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
-            if rel is None:
-                raise ObjectNotInPrerequisiteState(f'an input of view "{view.name}" no longer exists')
-            if delta_sql is not None:
-                # Linear: the query runs on the inputs' changes only, weights carried through.
-                delta = self.engine.reader.read_delta(rel, snap, st.processed.get(rel.id, ()))
-                tables[delta_name(inp.registered_name)] = with_planned_columns(delta, inp.columns)
-            else:
-                tables[inp.registered_name] = with_planned_columns(self.engine.reader.read_state(rel, snap),
-                                                                   inp.columns)
+        tables, _ = self._query_inputs(plan, delta_sql is not None, st.processed, catalog, snap)
         return _Work(view, st, plan, delta_sql, offsets, tables, started, close_until, eowc_input is not None)
 
     def _apply(self, item: _Work, result: pa.Table) -> None:
@@ -438,32 +445,21 @@ class ViewMaintainer:
         catalog = engine.catalog.snapshot()
         plan = sub.plan
         with engine.storage.snapshot() as snap:
-            inputs = {}
-            offsets = {}
-            columns = {inp.registered_name: inp.columns for inp in plan.query.inputs}
-            for inp in plan.query.inputs:
-                rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
-                if rel is None:
-                    raise ObjectNotInPrerequisiteState("an input of the push query was dropped")
-                inputs[inp.registered_name] = rel
-                offsets[rel.id] = engine.reader.end_offsets(rel, snap)
+            offsets = {rid: engine.reader.end_offsets(rel, snap) for i in plan.query.inputs
+                       if (rid := i.relation_id) is not None and (rel := catalog.by_id(rid)) is not None}
             if sub.started and offsets == sub.processed:
                 return
+            tables, offsets = self._query_inputs(plan.query, plan.delta_sql is not None, sub.processed, catalog, snap)
             spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
             started = time.monotonic()
             changes: list[tuple[tuple[Any, ...], int]] = []
             if plan.delta_sql is not None:
-                tables = {delta_name(name): with_planned_columns(
-                    engine.reader.read_delta(rel, snap, sub.processed.get(rel.id, ())), columns[name])
-                    for name, rel in inputs.items()}
                 weights: Counter[tuple[Any, ...]] = Counter()
                 for r in arrow_to_rows(spark.run_query(plan.delta_sql, tables),
                                        (*plan.query.columns, _WEIGHT_COLUMN)):
                     weights[tuple(_normalize(v) for v in r[:-1])] += r[-1]
                 changes = [(row, w) for row, w in weights.items() if w]
             else:
-                tables = {name: with_planned_columns(engine.reader.read_state(rel, snap), columns[name])
-                          for name, rel in inputs.items()}
                 result = Counter(tuple(_normalize(v) for v in r) for r in arrow_to_rows(
                     spark.run_query(plan.query.spark_sql, tables), plan.query.columns))
                 previous = sub.previous if sub.previous is not None else Counter()
