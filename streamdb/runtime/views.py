@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ META = "meta"
 FLUSH_TIMEOUT_SECONDS = 300
 # Views whose result depends on the time (temporal filters) are re-evaluated this often.
 TICK_SECONDS = 1.0
+VIEWS_PER_JOB = 16
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
 _WEIGHT_COLUMN = Column(WEIGHT, T.BIGINT)
 
@@ -319,16 +321,27 @@ class ViewMaintainer:
         view's error must not fail the others), run as concurrent jobs of one session."""
         results: list[list[tuple[Any, ...]] | StreamDBError | None] = [None] * len(work)
         batched = [i for i, w in enumerate(work) if len(work) > 1 and all(_json_safe(c.type) for c in w.columns)]
-        if len(batched) > 1:
+        # Chunks of views per job: a UNION of very many subqueries is slow for Spark to plan, and
+        # chunks run concurrently.
+        chunks = [batched[k:k + VIEWS_PER_JOB] for k in range(0, len(batched), VIEWS_PER_JOB)]
+        chunks = [c for c in chunks if len(c) > 1]
+
+        def run_chunk(chunk: list[int]) -> None:
             try:
-                table = spark.run_query(_union_sql([work[i] for i in batched]), tables)
-                per_view: dict[int, list[tuple[Any, ...]]] = {i: [] for i in batched}
-                for slot, text in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
-                    per_view[batched[slot]].append(tuple(json.loads(text, parse_float=decimal.Decimal).values()))
-                for i, rows in per_view.items():
-                    results[i] = rows
+                table = spark.run_query(_union_sql([work[i] for i in chunk]), tables)
             except StreamDBError:
-                pass
+                return  # these views run one by one below, so each error stays with its view
+            per_view: dict[int, list[tuple[Any, ...]]] = {i: [] for i in chunk}
+            for slot, text in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
+                per_view[chunk[slot]].append(tuple(json.loads(text, parse_float=decimal.Decimal).values()))
+            for i, rows in per_view.items():
+                results[i] = rows
+
+        if len(chunks) == 1:
+            run_chunk(chunks[0])
+        elif chunks:
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                list(pool.map(run_chunk, chunks))
         rest = [i for i, r in enumerate(results) if r is None]
         if rest:
             answers = spark.run_queries([work[i].sql for i in rest], tables)
