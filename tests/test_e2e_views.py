@@ -38,6 +38,9 @@ VIEWS = {
     "full_join": "SELECT s.k AS sk, t.id AS tid FROM {s} s FULL JOIN {t} t ON t.id = s.k",
     "join_agg": "SELECT t.grp, count(*) AS n, sum(s.v) AS total FROM {s} s JOIN {t} t ON t.id = s.k GROUP BY t.grp",
     "union_all": "SELECT k AS x FROM {s} UNION ALL SELECT id AS x FROM {t}",
+    # more than 16 views in one level: their Spark work goes in several concurrent jobs
+    "coalesce_agg": "SELECT grp, sum(coalesce(v, 0)) AS s, count(v) AS c FROM {t} GROUP BY grp",
+    "left_join_agg": "SELECT t.grp, count(s.k) AS hits FROM {t} t LEFT JOIN {s} s ON s.k = t.id GROUP BY t.grp",
     "top2": "SELECT grp, id, v FROM (SELECT grp, id, v, ROW_NUMBER() OVER (PARTITION BY grp ORDER BY v DESC, id) "
             "AS rn FROM {t}) q WHERE rn <= 2",
 }
