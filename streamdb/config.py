@@ -34,6 +34,8 @@ class Settings(BaseModel):
     # Start Spark at server start (in the background). Tests of the wire layer may turn it off.
     spark_enabled: bool = True
     max_connections: int = Field(100, ge=1)
+    # A push query's changes waiting for a slow client; past this it ends with SQLSTATE 53000.
+    subscriber_buffer_changes: int = Field(100_000, ge=1)
     database: str = "streamdb"
 
     @field_validator("spark_master")

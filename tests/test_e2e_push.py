@@ -185,3 +185,47 @@ def test_copy_push_query_to_stdout_with_psql(server, conn, unique):
     while len(push_queries(conn)) > before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert len(push_queries(conn)) == before  # the disconnect freed the subscription
+
+
+def test_a_stalled_subscriber_gets_a_clear_error_not_unbounded_memory(tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    from conftest import ServerProcess
+
+    with tempfile.TemporaryDirectory(prefix="streamdb-slow-") as d:
+        srv = ServerProcess(Path(d) / "data", "slow", extra_env={"STREAMDB_SUBSCRIBER_BUFFER_CHANGES": "1000"})
+        srv.start()
+        try:
+            with srv.connect() as writer, srv.connect() as reader:
+                writer.execute("CREATE STREAM firehose (i INT, pad TEXT)")
+                with reader.cursor() as cur:
+                    stream = cur.stream("SELECT i, pad FROM firehose EMIT CHANGES")
+                    try:
+                        # The query is sent when the first row is asked for: ask in a thread.
+                        first: list = []
+                        starter = threading.Thread(target=lambda: first.append(next(stream)))
+                        starter.start()
+                        wait_subscribed(writer, 0)
+                        writer.execute("INSERT INTO firehose VALUES (-1, 'first')")
+                        starter.join(60)
+                        assert first and first[0][2:] == (-1, "first")
+                        # The reader reads nothing while far more changes than its buffer arrive
+                        # (and more than the sockets between them hold).
+                        pad = "x" * 200
+                        for _ in range(4):
+                            with writer.cursor().copy("COPY firehose FROM STDIN") as cp:
+                                for i in range(25_000):
+                                    cp.write(f"{i}\t{pad}\n")
+                        writer.execute("FLUSH")
+                        with __import__("pytest").raises(psycopg.Error) as info:
+                            for _ in stream:
+                                pass
+                        assert info.value.sqlstate == "53000"
+                        assert "subscriber too slow" in str(info.value)
+                    finally:
+                        stream.close()
+                assert reader.execute("SELECT 1").fetchone() == (1,)
+                assert writer.execute("SELECT count(*) FROM firehose").fetchone() == (100_001,)
+        finally:
+            srv.stop()

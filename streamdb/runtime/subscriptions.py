@@ -4,7 +4,8 @@ A subscription is maintained like a view, by the same epoch driver and on Spark,
 but its result lives in memory and its changes go to a bounded queue that the
 wire layer drains. Linear queries run on their inputs' changes only; others are
 recomputed and diffed with the previous result. A subscriber that falls more than
-`MAX_BUFFERED_CHANGES` behind gets a clear error instead of growing memory.
+`max_buffered` changes behind (setting `subscriber_buffer_changes`) gets a clear error
+instead of growing memory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from streamdb.errors import StreamDBError
 from streamdb.planner.plans import SubscribePlan
 
-MAX_BUFFERED_CHANGES = 100_000
+DEFAULT_MAX_BUFFERED_CHANGES = 100_000
 
 _ids = itertools.count(1)
 
@@ -29,6 +30,7 @@ _ids = itertools.count(1)
 class Subscription:
     plan: SubscribePlan
     loop: asyncio.AbstractEventLoop
+    max_buffered: int = DEFAULT_MAX_BUFFERED_CHANGES
     id: int = field(default_factory=lambda: next(_ids))
     processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
     previous: Counter[tuple[Any, ...]] | None = None  # recompute mode: the last result
@@ -56,9 +58,9 @@ class Subscription:
     def _push(self, rows: list[tuple[Any, ...]]) -> None:
         if self.closed:
             return
-        if self.buffered + len(rows) > MAX_BUFFERED_CHANGES:
+        if self.buffered + len(rows) > self.max_buffered:
             self._fail(StreamDBError(
-                f"subscriber too slow: more than {MAX_BUFFERED_CHANGES} changes waiting to be read",
+                f"subscriber too slow: more than {self.max_buffered} changes waiting to be read",
                 sqlstate="53000", hint="Read results faster, or subscribe to a narrower query."))
             return
         self.buffered += len(rows)

@@ -478,7 +478,7 @@ class ViewMaintainer:
     # ---- push queries --------------------------------------------------------------------
 
     def subscribe(self, plan: SubscribePlan) -> Subscription:
-        sub = Subscription(plan, asyncio.get_running_loop())
+        sub = Subscription(plan, asyncio.get_running_loop(), self.engine.settings.subscriber_buffer_changes)
         if plan.delta_sql is not None and not plan.snapshot:
             # Only changes from now on: start from the inputs' current ends.
             catalog = self.engine.catalog.snapshot()
