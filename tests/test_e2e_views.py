@@ -333,3 +333,17 @@ def test_eowc_grouped_by_window_start_only(conn, unique):
     import datetime as dt
     assert conn.execute(f"SELECT * FROM {mv}").fetchall() == [(dt.datetime(2023, 5, 6, 16), 8)]
     conn.execute(f"DROP TABLE {t} CASCADE")
+
+
+def test_view_with_a_column_list(conn, unique):
+    t, v = f"cl_{unique}", f"clv_{unique}"
+    conn.execute(f"CREATE TABLE {t} (a INT, b TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'x'), (2, 'y')")
+    conn.execute(f"CREATE MATERIALIZED VIEW {v} (num, label) AS SELECT * FROM {t}")
+    assert sorted(conn.execute(f"SELECT num, label FROM {v}").fetchall()) == [(1, "x"), (2, "y")]
+    with pytest.raises(psycopg.errors.SyntaxError):
+        conn.execute(f"CREATE MATERIALIZED VIEW bad_{unique} (p, q, r) AS SELECT * FROM {t}")
+    conn.execute(f"INSERT INTO {t} VALUES (3, 'z')")
+    conn.execute("FLUSH")
+    assert conn.execute(f"SELECT count(*) FROM {v} WHERE num = 3").fetchone() == (1,)
+    conn.execute(f"DROP TABLE {t} CASCADE")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from sqlglot import exp
 
 from streamdb.catalog import ColumnDef, RelationDef
-from streamdb.errors import DuplicateColumn, FeatureNotSupported
+from streamdb.errors import DuplicateColumn, FeatureNotSupported, StreamDBError
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import linear_delta_sql
-from streamdb.planner.names import table_name
+from streamdb.planner.names import normalize, table_name
 from streamdb.planner.plans import CreateViewPlan
 from streamdb.planner.windows import interval_seconds
 from streamdb.sql import ast as S
@@ -29,7 +30,12 @@ def _window_size(query: exp.Expression) -> float | None:
 
 def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None = None) -> CreateViewPlan:
     """CREATE MATERIALIZED VIEW, and CREATE STREAM/TABLE AS SELECT (`derived` = 'stream' | 'table')."""
-    schema, name = table_name(stmt.this)
+    target = stmt.this
+    renamed: list[str] | None = None
+    if isinstance(target, exp.Schema):  # CREATE MATERIALIZED VIEW v (a, b) AS ...: the columns' names
+        renamed = [normalize(e.this if isinstance(e, exp.Column) else e) for e in target.expressions]
+        target = target.this
+    schema, name = table_name(target)
     if schema not in (None, "public"):
         raise FeatureNotSupported(f'schema "{schema}" is not supported; relations live in "public"')
     body = stmt.args.get("expression")
@@ -68,6 +74,12 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     for join in body.find_all(exp.Join):
         if str(join.args.get("method") or "").upper() == "ASOF":
             raise FeatureNotSupported("ASOF joins are not supported in materialized views (Spark has none)")
+    if renamed is not None:
+        if len(renamed) > len(q.columns):
+            raise StreamDBError("CREATE MATERIALIZED VIEW specifies more column names than columns",
+                                sqlstate="42601")
+        q = replace(q, columns=tuple(
+            replace(c, name=renamed[i]) if i < len(renamed) else c for i, c in enumerate(q.columns)))
     seen: set[str] = set()
     columns = []
     for c in q.columns:
