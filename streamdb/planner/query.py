@@ -284,6 +284,8 @@ def postgres_column_name(node: exp.Expression) -> str:
                 "real": "float4", "varchar": "varchar", "timestamp": "timestamp",
                 "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
                 "decimal": "numeric"}.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
+    if isinstance(node, exp.Window):
+        return postgres_column_name(node.this)
     if isinstance(node, exp.Count):
         return "count"
     if isinstance(node, exp.Anonymous):
@@ -311,6 +313,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     _expand_stars(query, star_by_alias)
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
+    _postgres_sum_types(query, inputs)
 
     def column_type(col: exp.Column) -> T.SqlType | None:
         name = normalize(col.this) if isinstance(col.this, exp.Identifier) else ""
@@ -340,14 +343,41 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
                      param_types=param_types, resolved_sql=query.sql(dialect="streamdb"))
 
 
+_SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)
+
+
+def _typed_copy(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> exp.Expression:
+    """A copy with columns qualified and every node's type annotated (sqlglot's optimizer)."""
+    schema: dict[str, object] = {i.registered_name: {name: t.name for name, t in i.columns} for i in inputs}
+    typed = qualify(query.copy(), schema=schema, dialect="postgres", validate_qualify_columns=False,
+                    quote_identifiers=False, expand_stars=False)
+    return annotate_types(typed, schema=schema, dialect="postgres")
+
+
+def _postgres_sum_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
+    """sum() of smallint or integer is bigint in Postgres; the embedded engine would give a
+    128-bit integer (numeric to clients). Cast those sums, found on a typed copy."""
+    sums = list(query.find_all(exp.Sum))
+    if not sums:
+        return
+    for i, s in enumerate(sums):
+        s.meta["sum_id"] = i
+    try:
+        typed = _typed_copy(query, inputs)
+    except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engine's own type
+        return
+    small = {s.meta.get("sum_id") for s in typed.find_all(exp.Sum)
+             if s.this is not None and s.this.type is not None and s.this.type.this in _SMALL_INTS}
+    for i, s in enumerate(sums):
+        if i in small:
+            target = s.parent if isinstance(s.parent, exp.Window) else s
+            target.replace(exp.Cast(this=target.copy(), to=exp.DataType.build("BIGINT")))
+
+
 def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> str:
     """Spark SQL with Postgres semantics where types decide them: sqlglot keeps integer division
     integral (Spark's `/` is always fractional) once columns are qualified and typed."""
-    schema: dict[str, object] = {i.registered_name: {name: t.name for name, t in i.columns} for i in inputs}
     try:
-        typed = qualify(query.copy(), schema=schema, dialect="postgres", validate_qualify_columns=False,
-                        quote_identifiers=False, expand_stars=False)
-        typed = annotate_types(typed, schema=schema, dialect="postgres")
-        return typed.sql(dialect="spark")
+        return _typed_copy(query, inputs).sql(dialect="spark")
     except Exception:  # noqa: BLE001 - some shapes defeat qualification; the plain form still runs
         return query.sql(dialect="spark")
