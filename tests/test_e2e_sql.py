@@ -254,3 +254,18 @@ def test_error_position_in_a_multi_statement_query(conn, unique):
     with pytest.raises(psycopg.errors.SyntaxError) as info:
         conn.execute("SELECT 1; SELECT 1 FROM WHERE")
     assert info.value.diag.statement_position == "25"
+
+
+def test_aggregate_result_types_follow_postgres(conn, unique):
+    t = f"types_{unique}"
+    conn.execute(f"CREATE TABLE {t} (g TEXT, v INT, w BIGINT)")
+    conn.execute(f"INSERT INTO {t} VALUES ('a', 1, 2), ('a', 4, 5)")
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT sum(v), sum(w), count(*), avg(v) FROM {t}")
+        assert [d.name for d in cur.description] == ["sum", "sum", "count", "avg"]
+        oids = [d.type_code for d in cur.description]
+        assert oids[0] == 20 and oids[2] == 20  # bigint, as in Postgres
+        assert cur.fetchone()[:3] == (5, Decimal("7"), 2)
+        cur.execute(f"SELECT g, sum(v) OVER (PARTITION BY g) FROM {t}")
+        assert [d.name for d in cur.description] == ["g", "sum"] and cur.description[1].type_code == 20
+        assert cur.fetchall() == [("a", 5), ("a", 5)]
