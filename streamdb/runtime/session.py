@@ -80,6 +80,8 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "rw_batch_enable_sort_agg": "on",
     "query_mode": "auto",
 }
+PARAM_TYPES_KEPT = 256
+
 REPORTED = {"server_version": "server_version", "server_encoding": "server_encoding",
             "client_encoding": "client_encoding", "datestyle": "DateStyle", "timezone": "TimeZone",
             "intervalstyle": "IntervalStyle", "integer_datetimes": "integer_datetimes",
@@ -102,6 +104,8 @@ class EngineSession:
         self.txn_status = "I"
         self.savepoints: list[str] = []
         self.cursors: dict[str, Any] = {}  # name -> statements.cursor.Cursor
+        # Parameter types of recently prepared statements, by their AST (oldest first).
+        self._param_types: dict[int, tuple[Any, tuple[T.SqlType, ...]]] = {}
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
         self.settings = dict(self._defaults)
         if options.get("application_name"):
@@ -183,6 +187,10 @@ class EngineSession:
             types, columns = planner.describe(st.ast, self._ctx(), param_types)
         except StreamDBError:
             raise
+        # Execute binds values with these types; keep them so it need not describe again.
+        self._param_types[id(st.ast)] = (st.ast, types)
+        while len(self._param_types) > PARAM_TYPES_KEPT:
+            self._param_types.pop(next(iter(self._param_types)))
         return PreparedStatement(st, types, columns)
 
     async def execute(self, statement: Statement, params: list[Any] | None = None) -> ExecutionResult:
@@ -193,7 +201,11 @@ class EngineSession:
         self._cancelled = False
         try:
             if params:
-                types, _ = planner.describe(node, self._ctx(), [None] * len(params))
+                known = self._param_types.get(id(node))
+                if known is not None and known[0] is node:
+                    types = known[1]
+                else:
+                    types, _ = planner.describe(node, self._ctx(), [None] * len(params))
                 node = query_planner.bind_parameters(node, params, types)
             plan = planner.plan(node, self._ctx(), statement.sql)
             task = asyncio.ensure_future(coordinator.execute(plan, ExecContext(self.engine, self)))
