@@ -10,8 +10,9 @@ from sqlglot import exp
 from streamdb.catalog import ColumnDef, RelationDef
 from streamdb.errors import DuplicateColumn, FeatureNotSupported, StreamDBError
 from streamdb.planner import query as query_planner
+from streamdb.planner.aggregate import incremental_aggregate
 from streamdb.planner.context import PlanContext
-from streamdb.planner.incremental import linear_delta_sql
+from streamdb.planner.incremental import is_time_dependent, linear_delta_sql
 from streamdb.planner.names import normalize, table_name
 from streamdb.planner.plans import CreateViewPlan
 from streamdb.planner.windows import interval_seconds
@@ -100,4 +101,10 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         raise FeatureNotSupported(
             "CREATE STREAM ... AS SELECT needs a query that only filters and projects (its result only grows)",
             hint="Use CREATE TABLE ... AS SELECT for aggregates and joins, whose rows change.")
-    return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")))
+    aggregate = None
+    if eowc_input is None and not is_time_dependent(q.resolved_sql) and \
+            linear_delta_sql(q.resolved_sql, q.inputs) is None:
+        aggregate = incremental_aggregate(body, ctx, tuple(c.type for c in q.columns))
+    return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")),
+                          aggregate_strategy=aggregate.explain() if aggregate else None,
+                          aggregate_sql=aggregate.delta_sql if aggregate else None)

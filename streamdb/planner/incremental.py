@@ -38,10 +38,19 @@ def _linear_select(select: exp.Select) -> bool:
     if any(select.args.get(a) for a in _NONLINEAR_ARGS):
         return False
     frm = select.args.get("from_") or select.args.get("from")
-    if frm is None or not isinstance(frm.this, exp.Table) or not isinstance(frm.this.this, exp.Identifier):
+    if frm is None:
+        return False
+    source = frm.this
+    inner: exp.Select | None = None
+    if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select) and source.alias:
+        # A linear subquery (such as TUMBLE's, which adds window bounds to each row) stays linear.
+        inner = source.this
+        if not _linear_select(inner):
+            return False
+    elif not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):
         return False
     for node in select.walk():
-        if node is select:
+        if node is select or (inner is not None and (node is source or node.find_ancestor(exp.Subquery) is source)):
             continue
         if isinstance(node, (exp.AggFunc, exp.Window, exp.Subquery, exp.Select, exp.Exists, *_TIME_DEPENDENT)):
             return False
@@ -65,6 +74,31 @@ def delta_name(registered_name: str) -> str:
     return f"{registered_name}_delta"
 
 
+def _carry_weight(select: exp.Select) -> bool:
+    """Read the changes instead of the relation, and carry each change's weight through."""
+    frm = select.args.get("from_") or select.args.get("from")
+    assert frm is not None  # checked by _linear_select
+    source = frm.this
+    alias = source.alias_or_name
+    if isinstance(source, exp.Subquery):
+        if not _carry_weight(source.this):
+            return False
+    else:
+        # The changes are registered beside the full relation, so one Spark session can serve
+        # both incremental and recomputed views in the same epoch.
+        source.set("this", exp.to_identifier(delta_name(source.name)))
+        if not source.args.get("alias"):
+            source.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    stars = [i for i, e in enumerate(select.expressions)
+             if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))]
+    if not stars:
+        select.select(exp.alias_(exp.column(WEIGHT, table=exp.to_identifier(alias, quoted=True)), WEIGHT),
+                      copy=False)
+        return True
+    # A star over the changes already carries the weight; it must come last.
+    return stars == [len(select.expressions) - 1]
+
+
 def linear_delta_sql(resolved_sql: str, inputs: tuple[RelationInput, ...] = ()) -> str | None:
     """Spark SQL computing the query's change (columns + __weight) from its inputs' changes, or None."""
     ast = parse_one(resolved_sql)
@@ -74,17 +108,8 @@ def linear_delta_sql(resolved_sql: str, inputs: tuple[RelationInput, ...] = ()) 
     if branches is None:
         return None
     for select in branches:
-        frm = select.args.get("from_") or select.args.get("from")
-        assert frm is not None  # checked by _linear_select
-        source = frm.this
-        alias = source.alias_or_name
-        # The changes are registered beside the full relation, so one Spark session can serve
-        # both incremental and recomputed views in the same epoch.
-        source.set("this", exp.to_identifier(delta_name(source.name)))
-        if not source.args.get("alias"):
-            source.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
-        select.select(exp.alias_(exp.column(WEIGHT, table=exp.to_identifier(alias, quoted=True)), WEIGHT),
-                      copy=False)
+        if not _carry_weight(select):
+            return None
     from streamdb.planner.query import spark_sql_for
 
     delta_inputs = tuple(RelationInput(delta_name(i.registered_name), i.relation_id, i.system_key, i.mode,

@@ -86,16 +86,24 @@ class CreateViewPlan(Plan):
     relation: RelationDef
     query: QueryPlan
     if_not_exists: bool = False
+    # When the view is an aggregate maintained from partials: how, and the Spark SQL of its delta.
+    aggregate_strategy: str | None = None
+    aggregate_sql: str | None = None
 
     def explain(self) -> str:
         from streamdb.planner.incremental import linear_delta_sql
 
         delta = linear_delta_sql(self.query.resolved_sql, self.query.inputs)
+        if delta:
+            strategy = "incremental (linear): the query runs on the inputs' changes only"
+        elif self.aggregate_strategy:
+            strategy, delta = self.aggregate_strategy, self.aggregate_sql
+        else:
+            strategy = ("recompute: the query runs over the inputs' snapshot and the difference from the "
+                        "stored result is applied")
         lines = [f"Materialized view {self.relation.name}",
                  "  maintenance: epochs driven by writes to its inputs, run on Spark",
-                 "  strategy: " + ("incremental (linear): the query runs on the inputs' changes only"
-                                   if delta else "recompute: the query runs over the inputs' snapshot and the "
-                                   "difference from the stored result is applied"),
+                 "  strategy: " + strategy,
                  "  changes are logged with weights, so views and subscribers downstream consume deltas",
                  "  reads: served from the stored result, never a Spark job"]
         for i in self.query.inputs:

@@ -378,6 +378,23 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
     """Spark SQL with Postgres semantics where types decide them: sqlglot keeps integer division
     integral (Spark's `/` is always fractional) once columns are qualified and typed."""
     try:
-        return _typed_copy(query, inputs).sql(dialect="spark")
+        return _spark_epochs(_typed_copy(query, inputs)).sql(dialect="spark")
     except Exception:  # noqa: BLE001 - some shapes defeat qualification; the plain form still runs
-        return query.sql(dialect="spark")
+        return _spark_epochs(query.copy()).sql(dialect="spark")
+
+
+def _spark_epochs(query: exp.Expression) -> exp.Expression:
+    """Seconds since the epoch, fractions included as in Postgres: Spark has no EXTRACT(EPOCH)
+    and its unix_timestamp() drops the fraction; unix_micros() keeps it."""
+    def fix(node: exp.Expression) -> exp.Expression:
+        arg = None
+        if isinstance(node, exp.TimeToUnix):
+            arg = node.this
+        elif isinstance(node, exp.Extract) and node.this.name.upper() == "EPOCH":
+            arg = node.expression
+        if arg is None:
+            return node
+        micros = exp.Cast(this=exp.Anonymous(this="unix_micros", expressions=[arg]),
+                          to=exp.DataType.build("DOUBLE"))
+        return exp.Paren(this=exp.Div(this=micros, expression=exp.Literal.number(1000000)))
+    return query.transform(fix)

@@ -30,6 +30,7 @@ from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import InternalError, Notice, ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
 from streamdb.planner import query as query_planner
+from streamdb.planner.aggregate import IncrementalAggregate, incremental_aggregate
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.create_view import QUERY_SQL
@@ -42,7 +43,7 @@ from streamdb.runtime.reader import state_store
 from streamdb.runtime.subscriptions import Subscription
 from streamdb.sql.ast import EmitOnWindowClose
 from streamdb.sql.parser import parse_one
-from streamdb.storage.base import Append, Commit
+from streamdb.storage.base import Append, Commit, partials_store
 
 if TYPE_CHECKING:
     from streamdb.runtime.engine import Engine
@@ -81,6 +82,8 @@ class ViewStatus:
     error_sqlstate: str | None = None
     processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
     incremental: bool = False
+    # Maintained from stored partial aggregates (True), by recomputation (False), or not yet decided.
+    partials: bool | None = None
     time_dependent: bool = False
     emitted_until: dt.datetime | None = None  # EMIT ON WINDOW CLOSE: windows ending by here are out
 
@@ -104,14 +107,20 @@ class _Work:
     started: float
     close_until: dt.datetime | None = None  # EMIT ON WINDOW CLOSE: the input's watermark now
     eowc: bool = False
+    aggregate: IncrementalAggregate | None = None
 
     @property
     def sql(self) -> str:
+        if self.aggregate is not None:
+            return self.aggregate.delta_sql
         return self.delta_sql or self.plan.spark_sql
 
     @property
     def columns(self) -> tuple[Column, ...]:
-        """The result's columns: the view's, plus the weight for an incremental epoch."""
+        """The result's columns: the view's, plus the weight for an incremental epoch, or the
+        partial aggregates of an incremental aggregate."""
+        if self.aggregate is not None:
+            return self.aggregate.partial_columns
         return (*self.plan.columns, _WEIGHT_COLUMN) if self.delta_sql is not None else self.plan.columns
 
 
@@ -203,6 +212,7 @@ class ViewMaintainer:
                     meta = json.loads(raw)
                     st.processed = {int(k): tuple(v) for k, v in meta["inputs"].items()}
                     st.epochs = meta.get("epoch", 0)
+                    st.partials = bool(meta.get("partials"))
                     if meta.get("emitted_until"):
                         st.emitted_until = dt.datetime.fromisoformat(meta["emitted_until"])
 
@@ -387,8 +397,14 @@ class ViewMaintainer:
             delta_sql = None  # final windows come from the whole input
             source = catalog.by_id(int(eowc_input))
             close_until = self.engine.watermarks.watermark(source) if source is not None else None
-        tables, _ = self._query_inputs(plan, delta_sql is not None, st.processed, catalog, snap)
-        return _Work(view, st, plan, delta_sql, offsets, tables, started, close_until, eowc_input is not None)
+        aggregate = None
+        if delta_sql is None and eowc_input is None and not st.time_dependent and st.partials is not False:
+            aggregate = incremental_aggregate(view_query(view), PlanContext(catalog, _SYSTEM_SESSION),
+                                              tuple(c.type for c in plan.columns))
+        tables, _ = self._query_inputs(plan, delta_sql is not None or aggregate is not None, st.processed,
+                                       catalog, snap)
+        return _Work(view, st, plan, delta_sql, offsets, tables, started, close_until, eowc_input is not None,
+                     aggregate)
 
     def _apply(self, item: _Work, result: list[tuple[Any, ...]]) -> None:
         """Turn a query result into the view's changes; commit them with the offsets they reflect."""
@@ -432,13 +448,25 @@ class ViewMaintainer:
                     if n < 0:
                         raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')
                     new_by_key[key] = (row, n)
-            else:
+            elif item.aggregate is None:
                 new_rows = Counter(self._row(r, view) for r in result)
                 new_by_key = {C.key_of(row): (row, n) for row, n in new_rows.items()}
                 for key, value in snap.scan(store):
                     old[key] = C.decode_view_row(value)
                     new_by_key.setdefault(key, (old[key][0], 0))
         commit = Commit()
+        if item.aggregate is not None:
+            weights = self._merge_partials(item, result, commit)
+            with engine.storage.snapshot() as snap:
+                for row, w in weights.items():
+                    key = C.key_of(row)
+                    raw = snap.get(store, key)
+                    if raw is not None:
+                        old[key] = C.decode_view_row(raw)
+                    n = old.get(key, (row, 0))[1] + w
+                    if n < 0:
+                        raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')
+                    new_by_key[key] = (row, n)
         changes: list[tuple[tuple[Any, ...], int, bytes]] = []
         for key, (row, m) in new_by_key.items():
             n = old.get(key, (row, 0))[1]
@@ -455,7 +483,8 @@ class ViewMaintainer:
                                      [c[1] for c in changes], [c[2] for c in changes])
             commit.appends.append(Append(view.id, 0, payload, len(changes)))
         epoch = st.epochs + 1
-        meta: dict[str, Any] = {"inputs": {str(k): list(v) for k, v in item.offsets.items()}, "epoch": epoch}
+        meta: dict[str, Any] = {"inputs": {str(k): list(v) for k, v in item.offsets.items()}, "epoch": epoch,
+                                "partials": item.aggregate is not None}
         emitted_until = st.emitted_until
         if item.eowc and item.close_until is not None:
             emitted_until = item.close_until
@@ -469,11 +498,91 @@ class ViewMaintainer:
         st.processed = item.offsets
         st.epochs = epoch
         st.emitted_until = emitted_until
-        st.incremental = item.delta_sql is not None
+        st.incremental = item.delta_sql is not None or item.aggregate is not None
+        st.partials = item.aggregate is not None
         st.last_epoch_ms = (time.monotonic() - item.started) * 1000
         st.last_epoch_at = time.time()
         if changes and engine.loop is not None:
             engine.loop.call_soon_threadsafe(self._wake.set)  # views over this view
+
+    def _merge_partials(self, item: _Work, result: list[tuple[Any, ...]], commit: Commit) -> Counter[tuple[Any, ...]]:
+        """Add an epoch's partial aggregates to the stored ones (puts go into `commit`); return the
+        view's row changes: each touched group's old row out, its new row in."""
+        agg = item.aggregate
+        assert agg is not None
+        view = item.view
+        store = partials_store(view.id)
+        g = agg.group_count
+        types = agg.partial_columns
+        weights: Counter[tuple[Any, ...]] = Counter()
+        with self.engine.storage.snapshot() as snap:
+            for r in result:
+                values = [coerce(v, c.type, c.name) for v, c in zip(r, types, strict=True)]
+                group = tuple(_normalize(v) for v in values[:g])
+                key = C.key_of(group)
+                raw = snap.get(store, key)
+                if raw is not None:
+                    (partials, old_row), n = C.decode_view_row(raw)
+                    partials = list(partials)
+                else:
+                    partials, old_row, n = [None] * (len(types) - g - 1), None, 0
+                n += values[g] or 0
+                for spec in agg.aggregates:
+                    for p in spec.partials:
+                        mine, theirs = partials[p - g - 1], values[p]
+                        if theirs is None:
+                            continue
+                        if mine is None:
+                            partials[p - g - 1] = theirs
+                        elif spec.kind == "min":
+                            partials[p - g - 1] = min(mine, theirs)
+                        elif spec.kind == "max":
+                            partials[p - g - 1] = max(mine, theirs)
+                        else:
+                            partials[p - g - 1] = mine + theirs
+                if n < 0:
+                    raise InternalError(f'view "{view.name}" would hold a group {-n} times fewer than zero')
+                new_row = None
+                if n > 0 or agg.global_aggregate:
+                    new_row = self._aggregate_row(agg, item, group, n, partials)
+                    commit.puts.append((store, key, C.encode_view_row((tuple(partials), new_row), n)))
+                else:
+                    commit.deletes.append((store, key))
+                if old_row != new_row:
+                    if old_row is not None:
+                        weights[old_row] -= 1
+                    if new_row is not None:
+                        weights[new_row] += 1
+        return weights
+
+    def _aggregate_row(self, agg: IncrementalAggregate, item: _Work, group: tuple[Any, ...], n: int,
+                       partials: list[Any]) -> tuple[Any, ...]:
+        """A group's output row from its partial aggregates."""
+        base = agg.group_count + 1
+        out: list[Any] = []
+        for (what, index), column in zip(agg.outputs, item.plan.columns, strict=True):
+            if what == "group":
+                out.append(group[index])
+                continue
+            spec = agg.aggregates[index]
+            parts = [partials[p - base] for p in spec.partials]
+            if spec.kind == "count_star":
+                out.append(n)
+            elif spec.kind == "count":
+                out.append(parts[0] or 0)
+            elif spec.kind in ("min", "max"):
+                out.append(parts[0])
+            elif not parts[0]:
+                out.append(None)  # sum and avg of no values are NULL
+            elif spec.kind == "sum":
+                out.append(parts[1])
+            elif column.type is T.NUMERIC:
+                with decimal.localcontext() as context:
+                    context.prec = 38
+                    out.append(decimal.Decimal(parts[1]) / parts[0])
+            else:
+                out.append(parts[1] / parts[0])
+        return self._row(tuple(out), item.view)
 
     # ---- push queries --------------------------------------------------------------------
 

@@ -48,7 +48,8 @@ class Commit:
     appends: list[Append] = field(default_factory=list)
     puts: list[tuple[str, bytes, bytes]] = field(default_factory=list)  # (store, key, value)
     deletes: list[tuple[str, bytes]] = field(default_factory=list)  # (store, key)
-    # delete every batch of these relations (all partitions) and store "state:<id>"
+    # delete every batch of these relations (all partitions) and their stores "state:<id>" and
+    # "partials:<id>"
     drop_relations: list[int] = field(default_factory=list)
 
 
@@ -61,6 +62,11 @@ class CommitResult:
 def state_store(relation_id: int) -> str:
     """Name of the store holding the state of a relation (dropped with it)."""
     return f"state:{relation_id}"
+
+
+def partials_store(relation_id: int) -> str:
+    """Name of the store holding a view's partial aggregates per group (dropped with it)."""
+    return f"partials:{relation_id}"
 
 
 class Snapshot(ABC):

@@ -61,7 +61,7 @@ from streamdb.errors import (
     ObjectNotInPrerequisiteState,
     StreamDBError,
 )
-from streamdb.storage.base import Append, Commit, CommitResult, Snapshot, Storage, state_store
+from streamdb.storage.base import Append, Commit, CommitResult, Snapshot, Storage, partials_store, state_store
 
 # ---------------------------------------------------------------------------------------------
 # Key layout
@@ -448,8 +448,9 @@ class RocksDBStorage(Storage):
                 sequence += 1
                 for rel in c.drop_relations:
                     wb.delete_range(log_prefix(rel), log_prefix(rel + 1))
-                    prefix = store_prefix(state_store(rel))
-                    wb.delete_range(prefix, prefix_upper(prefix))
+                    for store in (state_store(rel), partials_store(rel)):
+                        prefix = store_prefix(store)
+                        wb.delete_range(prefix, prefix_upper(prefix))
                     dropped.add(rel)
                     for stale in [k for k in pending_next if k[0] == rel]:
                         del pending_next[stale]

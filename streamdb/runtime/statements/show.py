@@ -27,7 +27,8 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
             lag = views.lag(r)
             status = "failed" if st and st.error else ("running" if st and st.epochs else "starting")
             if st and st.epochs and not st.error:
-                status += " (incremental)" if st.incremental else " (recompute)"
+                status += (" (incremental aggregate)" if st.partials else " (incremental)" if st.incremental
+                           else " (recompute)")
             with ctx.engine.storage.snapshot() as snap:
                 count = ctx.engine.reader.row_count(r, snap)
             late = _late_events(ctx, r.depends_on)
