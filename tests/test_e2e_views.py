@@ -390,3 +390,41 @@ def test_aggregates_are_maintained_from_partials_where_they_can_be(conn, unique)
     assert status[f"pa_{unique}"] == status[f"pw_{unique}"] == status[f"pt_sum_{unique}"] == \
         "running (incremental aggregate)"
     assert status[f"pt_min_{unique}"] == "running (recompute)"
+
+
+def test_views_created_while_events_arrive_equal_batch(server, conn, unique):
+    """A view created beside older views over the same stream reads the stream's changes from
+    another offset in the same epoch; each must still see exactly its own."""
+    import threading
+
+    s = f"arr_{unique}"
+    conn.execute(f"CREATE STREAM {s} (k INT, v INT)")
+    views = {f"arr_lin0_{unique}": f"SELECT k, v FROM {s} WHERE v % 2 = 0",
+             f"arr_agg0_{unique}": f"SELECT k, count(*) AS n, sum(v) AS total FROM {s} GROUP BY k"}
+    for name, query in views.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    stop = threading.Event()
+
+    def write() -> None:
+        with server.connect() as w:
+            i = 0
+            while not stop.is_set():
+                w.execute(f"INSERT INTO {s} VALUES (%s, %s), (%s, %s)", (i % 5, i, (i + 1) % 5, i + 1))
+                i += 2
+                time.sleep(0.005)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for n in (1, 2):
+            more = {f"arr_lin{n}_{unique}": f"SELECT k, v FROM {s} WHERE v % 3 = {n}",
+                    f"arr_agg{n}_{unique}": f"SELECT k, count(*) AS n, max(v) AS hi FROM {s} GROUP BY k"}
+            for name, query in more.items():
+                conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+            views.update(more)
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        writer.join()
+    check_views(conn, views)
+    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone()[0] > 20

@@ -108,6 +108,8 @@ class _Work:
     close_until: dt.datetime | None = None  # EMIT ON WINDOW CLOSE: the input's watermark now
     eowc: bool = False
     aggregate: IncrementalAggregate | None = None
+    # The inputs whose changes this epoch reads, by registered name: from which offsets.
+    delta_from: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def sql(self) -> str:
@@ -186,6 +188,9 @@ class ViewMaintainer:
         self._task: asyncio.Task[None] | None = None
         self._epoch_lock = asyncio.Lock()
         self.subscriptions: dict[int, Subscription] = {}
+        # Planning a view (typing, Spark SQL) costs milliseconds; with many views it would
+        # dominate an epoch, so plans are kept per view for the catalog version they were made at.
+        self._plans: dict[int, tuple[int, QueryPlan, str | None, IncrementalAggregate | None]] = {}
 
     def start(self) -> None:
         self._load_progress()
@@ -251,6 +256,7 @@ class ViewMaintainer:
             catalog = self.engine.catalog.snapshot()
             for view_id in [v for v in self.status if catalog.by_id(v) is None]:
                 del self.status[view_id]  # dropped: forget it, time-dependent ticks included
+                self._plans.pop(view_id, None)
             for level in levels(topological(catalog)):
                 await asyncio.to_thread(self._maintain_level, level)
             for sub in list(self.subscriptions.values()):
@@ -270,11 +276,22 @@ class ViewMaintainer:
                 out[rel_id] = self.engine.reader.end_offsets(rel, snap)
         return out
 
-    def _plan(self, view: RelationDef, catalog: CatalogSnapshot) -> tuple[QueryPlan, str | None]:
-        """The view's query plan and, when the query is linear, the Spark SQL of its delta."""
+    def _plan(self, view: RelationDef,
+              catalog: CatalogSnapshot) -> tuple[QueryPlan, str | None, IncrementalAggregate | None]:
+        """The view's query plan; when the query is linear, the Spark SQL of its delta; when it is
+        an aggregate that partials can maintain, how."""
+        cached = self._plans.get(view.id)
+        if cached is not None and cached[0] == catalog.version:
+            return cached[1], cached[2], cached[3]
         ctx = PlanContext(catalog, _SYSTEM_SESSION)
-        plan = query_planner.plan_query(view_query(view), ctx)
-        return plan, linear_delta_sql(plan.resolved_sql, plan.inputs)
+        query = view_query(view)
+        plan = query_planner.plan_query(query, ctx)
+        delta_sql = linear_delta_sql(plan.resolved_sql, plan.inputs)
+        aggregate = None
+        if delta_sql is None and "eowc_input" not in dict(view.extra) and not is_time_dependent(plan.resolved_sql):
+            aggregate = incremental_aggregate(query, ctx, tuple(c.type for c in plan.columns))
+        self._plans[view.id] = (catalog.version, plan, delta_sql, aggregate)
+        return plan, delta_sql, aggregate
 
     def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:
         return tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
@@ -303,14 +320,26 @@ class ViewMaintainer:
                 self._record_error(item.view, item.st, ObjectNotInPrerequisiteState(
                     "materialized views need Spark, which is disabled"))
             return
-        tables: dict[str, pa.Table] = {}
+        # Views whose inputs' changes start at different offsets (a view just created beside
+        # older ones) register different tables under the same names: they run separately.
+        groups: dict[tuple[tuple[str, tuple[int, ...]], ...], list[_Work]] = {}
         for item in work:
-            tables.update(item.tables)
-        try:
-            spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
-            results = self._run_level(spark, work, tables)
-        except StreamDBError as e:
-            results = [e] * len(work)
+            if item.delta_from:
+                groups.setdefault(tuple(sorted(item.delta_from.items())), []).append(item)
+        # Recomputed views read whole inputs under other names: they join the largest group.
+        largest = max(groups, key=lambda k: len(groups[k]), default=())
+        groups.setdefault(largest, []).extend(item for item in work if not item.delta_from)
+        results: list[list[tuple[Any, ...]] | StreamDBError] = []
+        work = [item for group in groups.values() for item in group]
+        for group in groups.values():
+            tables: dict[str, pa.Table] = {}
+            for item in group:
+                tables.update(item.tables)
+            try:
+                spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
+                results += self._run_level(spark, group, tables)
+            except StreamDBError as e:
+                results += [e] * len(group)
         for item, result in zip(work, results, strict=True):
             try:
                 if isinstance(result, StreamDBError):
@@ -389,7 +418,7 @@ class ViewMaintainer:
         if offsets == st.processed and st.epochs > 0 and not due:
             return None
         started = time.monotonic()
-        plan, delta_sql = self._plan(view, catalog)
+        plan, delta_sql, aggregate = self._plan(view, catalog)
         st.time_dependent = is_time_dependent(plan.resolved_sql)
         eowc_input = dict(view.extra).get("eowc_input")
         close_until = None
@@ -397,14 +426,15 @@ class ViewMaintainer:
             delta_sql = None  # final windows come from the whole input
             source = catalog.by_id(int(eowc_input))
             close_until = self.engine.watermarks.watermark(source) if source is not None else None
-        aggregate = None
-        if delta_sql is None and eowc_input is None and not st.time_dependent and st.partials is not False:
-            aggregate = incremental_aggregate(view_query(view), PlanContext(catalog, _SYSTEM_SESSION),
-                                              tuple(c.type for c in plan.columns))
+        if st.partials is False:
+            aggregate = None  # maintained by recomputation so far (stored partials would be stale)
         tables, _ = self._query_inputs(plan, delta_sql is not None or aggregate is not None, st.processed,
                                        catalog, snap)
+        delta_from = {} if delta_sql is None and aggregate is None else {
+            delta_name(i.registered_name): st.processed.get(i.relation_id, ()) for i in plan.inputs
+            if i.relation_id is not None}
         return _Work(view, st, plan, delta_sql, offsets, tables, started, close_until, eowc_input is not None,
-                     aggregate)
+                     aggregate, delta_from)
 
     def _apply(self, item: _Work, result: list[tuple[Any, ...]]) -> None:
         """Turn a query result into the view's changes; commit them with the offsets they reflect."""
