@@ -190,6 +190,19 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
         exp.Select,
     ),
     (
+        "SELECT * FROM SESSION(bids, date_time, INTERVAL '10' SECOND)",
+        "SELECT * FROM SESSION(bids, date_time, INTERVAL '10 SECOND')",
+        exp.Select,
+    ),
+    (
+        "SELECT window_start, window_end, k, count(*) FROM session(ev, ts, INTERVAL '10' SECOND, k, j) AS s "
+        "GROUP BY window_start, window_end, k",
+        "SELECT window_start, window_end, k, COUNT(*) FROM SESSION(ev, ts, INTERVAL '10 SECOND', k, j) AS s "
+        "GROUP BY window_start, window_end, k",
+        exp.Select,
+    ),
+    ("SELECT session FROM t", "SELECT session FROM t", exp.Select),
+    (
         # psql 15's \d foo
         "SELECT c.oid, n.nspname, c.relname FROM pg_catalog.pg_class c "
         "LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
@@ -415,6 +428,15 @@ def test_window_table_functions_parse_in_from() -> None:
     source = tree.args["from_"].this
     assert isinstance(source, exp.Table) and isinstance(source.this, exp.Anonymous)
     assert source.this.name.upper() == "TUMBLE" and len(source.this.expressions) == 3
+    # SESSION is a keyword to sqlglot; followed by `(` in FROM it is the session window function.
+    tree = parse_one("SELECT * FROM SESSION(ev, ts, INTERVAL '10' SECOND, k) AS s")
+    source = tree.args["from_"].this
+    assert isinstance(source, exp.Table) and isinstance(source.this, exp.Anonymous)
+    assert source.this.name.upper() == "SESSION" and len(source.this.expressions) == 4
+    assert source.alias == "s"
+    # ... and SET SESSION / SHOW SESSION AUTHORIZATION keep their meaning.
+    assert generate(parse_one("SET SESSION timezone = 'UTC'")) == "SET timezone TO 'UTC'"
+    assert generate(parse_one("SHOW SESSION AUTHORIZATION")) == "SHOW session_authorization"
 
 
 def test_read_streamdb_is_registered() -> None:

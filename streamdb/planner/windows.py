@@ -1,4 +1,5 @@
-"""Window table functions: TUMBLE(rel, ts, size) and HOP(rel, ts, slide, size).
+"""Window table functions: TUMBLE(rel, ts, size), HOP(rel, ts, slide, size) and
+SESSION(rel, ts, gap [, key ...]).
 
 Each becomes a subquery over the relation that adds `window_start` and `window_end`,
 written with functions sqlglot transpiles to both the embedded engine and Spark, so a
@@ -14,11 +15,13 @@ from sqlglot import exp
 
 from streamdb import types as T
 from streamdb import values
-from streamdb.errors import FeatureNotSupported, InvalidParameterValue, UndefinedColumn
+from streamdb.errors import FeatureNotSupported, InvalidParameterValue, UndefinedColumn, UndefinedTable
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import normalize, position_of
 
-WINDOW_FUNCTIONS = ("TUMBLE", "HOP")
+WINDOW_FUNCTIONS = ("TUMBLE", "HOP", "SESSION")
+# SESSION's helper columns, never in its result.
+_TS, _PREV, _SID = "__w_ts", "__w_prev", "__w_sid"
 
 
 def interval_seconds(node: exp.Expression, what: str) -> float:
@@ -46,9 +49,12 @@ def _bucket(ts: exp.Expression, size: float, shift: exp.Expression | None, cast_
     return exp.Cast(this=start, to=exp.DataType.build(cast_to, dialect="postgres"))
 
 
-def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: PlanContext) -> exp.Expression:
+def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: PlanContext,
+                     ctes: set[str]) -> exp.Expression:
     name = str(call.this).upper()
     args = call.expressions
+    if name == "SESSION":
+        return _session_subquery(call, alias, ctx, ctes)
     want = 3 if name == "TUMBLE" else 4
     if len(args) != want:
         raise FeatureNotSupported(f"{name} takes {want} arguments: relation, time column, "
@@ -92,8 +98,106 @@ def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pla
     return exp.Subquery(this=select, alias=alias or exp.TableAlias(this=exp.to_identifier(rel_name)))
 
 
+def _interval(seconds: float) -> exp.Interval:
+    """An interval literal both engines read: whole seconds, else microseconds."""
+    micros = round(seconds * 1_000_000)
+    if micros % 1_000_000 == 0:
+        return exp.Interval(this=exp.Literal.string(str(micros // 1_000_000)), unit=exp.Var(this="SECOND"))
+    return exp.Interval(this=exp.Literal.string(str(micros)), unit=exp.Var(this="MICROSECOND"))
+
+
+def _over(func: exp.Expression, partition: list[exp.Expression], order: exp.Expression | None = None,
+          running: bool = False) -> exp.Window:
+    window = exp.Window(this=func, partition_by=[p.copy() for p in partition], over="OVER")
+    if order is not None:
+        window.set("order", exp.Order(expressions=[exp.Ordered(this=order.copy(), nulls_first=False)]))
+    if running:
+        window.set("spec", exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"))
+    return window
+
+
+def _column_name(node: exp.Expression, what: str) -> str:
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier) and not node.args.get("table"):
+        return normalize(node.this)
+    raise FeatureNotSupported(f"the {what} of SESSION must be a column name", position=position_of(node))
+
+
+def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: PlanContext,
+                      ctes: set[str]) -> exp.Expression:
+    """SESSION(rel, ts, gap [, key ...]): rows of one key whose event times (in order) are at most
+    `gap` apart form a session; window_start = its first ts, window_end = its last ts + gap.
+
+    Three nested selects of window functions, partitioned by the keys:
+      lag(ts) over (order by ts)                                  -> __w_prev
+      running sum(new session? 1 : 0) over (order by ts)          -> __w_sid (session number)
+      min(ts), max(ts) + gap over (partition by keys, __w_sid)    -> window_start, window_end
+    Only the last select's list reaches the query: the relation's columns (as `*` shows them)
+    and the two window columns. Null times each make a session of their own, with null bounds.
+    """
+    args = call.expressions
+    if len(args) < 3:
+        raise FeatureNotSupported("SESSION takes at least 3 arguments: relation, time column, gap "
+                                  "[, partition key columns]", position=position_of(call))
+    rel_node, ts_node, gap_node, key_nodes = args[0], args[1], args[2], args[3:]
+    rel_name = normalize(rel_node.this if isinstance(rel_node, exp.Column) else rel_node)
+    rel = ctx.catalog.get(rel_name)
+    if rel is None:
+        if rel_name in ctes:
+            raise FeatureNotSupported(f'SESSION needs a stream, table or materialized view, not the WITH query '
+                                      f'"{rel_name}"', position=position_of(rel_node))
+        raise UndefinedTable(f'relation "{rel_name}" does not exist', position=position_of(rel_node))
+    ts_name = _column_name(ts_node, "time column")
+    ts_col = rel.column(ts_name)
+    if ts_col is None and ts_name != "rowtime":
+        raise UndefinedColumn(f'column "{ts_name}" does not exist in "{rel_name}"', position=position_of(ts_node))
+    if ts_col is not None and ts_col.type not in (T.TIMESTAMP, T.TIMESTAMPTZ):
+        raise FeatureNotSupported(f'window time column "{ts_name}" must be a timestamp, not {ts_col.type.name}',
+                                  position=position_of(ts_node))
+    gap = _interval(interval_seconds(gap_node, "gap"))
+    keys: list[str] = []
+    for node in key_nodes:
+        key = _column_name(node, "partition key")
+        if rel.column(key) is None:
+            raise UndefinedColumn(f'column "{key}" does not exist in "{rel_name}"', position=position_of(node))
+        keys.append(key)
+    columns = rel.column_names()  # what `*` shows: no ROWTIME, no __rowkey
+
+    def col(c: str, table: str | None = None) -> exp.Column:
+        return exp.column(c, table=table, quoted=True)
+
+    def subquery(select: exp.Select, name: str) -> exp.Subquery:
+        return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(name)))
+
+    ts, prev = col(_TS), col(_PREV)
+    partition: list[exp.Expression] = [col(k) for k in keys]
+    source = exp.Table(this=exp.to_identifier(rel_name), alias=exp.TableAlias(this=exp.to_identifier("w_src")))
+    # 1: each row with the time of the row before it in its key.
+    first = exp.select(*(col(c, "w_src") for c in columns), exp.alias_(col(ts_name, "w_src"), _TS, quoted=True),
+                       exp.alias_(_over(exp.Lag(this=col(ts_name, "w_src")),
+                                        [col(k, "w_src") for k in keys], col(ts_name, "w_src")), _PREV, quoted=True)
+                       ).from_(source)
+    # 2: a new session starts at a key's first row and after every gap wider than `gap`.
+    starts = exp.Case(ifs=[exp.If(this=exp.or_(exp.Is(this=ts.copy(), expression=exp.Null()),
+                                               exp.Is(this=prev.copy(), expression=exp.Null()),
+                                               exp.GT(this=ts.copy(), expression=exp.Add(this=prev.copy(),
+                                                                                          expression=gap.copy()))),
+                                  true=exp.Literal.number(1))],
+                      default=exp.Literal.number(0))
+    second = exp.select(*(col(c) for c in columns), ts.copy(),
+                        exp.alias_(_over(exp.Sum(this=starts), partition, ts, running=True), _SID, quoted=True)
+                        ).from_(subquery(first, "w_lag"))
+    # 3: the session's bounds on each of its rows.
+    bounds = [*partition, col(_SID)]
+    start = _over(exp.Min(this=ts.copy()), bounds)
+    end = exp.Add(this=_over(exp.Max(this=ts.copy()), bounds), expression=gap)
+    third = exp.select(*(col(c) for c in columns), exp.alias_(start, "window_start"),
+                       exp.alias_(end, "window_end")).from_(subquery(second, "w_session"))
+    return exp.Subquery(this=third, alias=alias or exp.TableAlias(this=exp.to_identifier(rel_name)))
+
+
 def expand_window_functions(ast: exp.Expression, ctx: PlanContext) -> None:
+    ctes = {normalize(cte.args["alias"].this) for cte in ast.find_all(exp.CTE) if cte.args.get("alias")}
     for table in list(ast.find_all(exp.Table)):
         call = table.this
         if isinstance(call, exp.Anonymous) and str(call.this).upper() in WINDOW_FUNCTIONS:
-            table.replace(_window_subquery(call, table.args.get("alias"), ctx))
+            table.replace(_window_subquery(call, table.args.get("alias"), ctx, ctes))

@@ -158,6 +158,10 @@ class StreamDB(Postgres):
             "APPEND": lambda self: self._parse_append_only(),
         }
 
+        # SESSION is a keyword to sqlglot (ALTER SESSION); followed by `(` it is the session
+        # window table function, SESSION(rel, ts, gap [, key ...]), like TUMBLE and HOP.
+        FUNC_TOKENS = {*PostgresParser.FUNC_TOKENS, TokenType.SESSION}
+
         def _parse_append_only(self) -> exp.Expr:
             if not self._match_text_seq("ONLY"):
                 self.raise_error("Expected ONLY after APPEND")
