@@ -24,6 +24,9 @@ def test_schemaless_stream_from_the_tour(conn, unique):
     assert rows(conn, f"SELECT * FROM {s} WHERE humidity > 70 ORDER BY temperature") == [(19, 91), (22, 80)]
     assert rows(conn, f"SELECT temperature, humidity FROM {s} WHERE humidity IS NULL") == [(30, None)]
     assert rows(conn, f"SELECT count(*), sum(temperature) FROM {s}")[0][0] == 4
+    # Output names, and columns no event has had yet (NULL), beside the stream's own.
+    assert rows(conn, f"SELECT temperature AS t, pressure AS p FROM {s} WHERE temperature > 24 ORDER BY t") == [
+        (25, None), (30, None)]
 
 
 def test_typed_stream_rowtime_and_aggregates(conn, unique):

@@ -88,7 +88,8 @@ def _add_unseen_schemaless_columns(ast: exp.Expression, ctx: PlanContext, resolv
     known = {c for inp in resolver.inputs.values() for c, _ in inp.columns}
     aliases = {normalize(t.args["alias"].this): t.name for t in ast.find_all(exp.Table)
                if t.args.get("alias") is not None and t.name in schemaless}
-    derived = {normalize(a.this) for a in ast.find_all(exp.Alias) if isinstance(a.args.get("alias"), exp.Identifier)}
+    derived = {normalize(a.args["alias"]) for a in ast.find_all(exp.Alias)
+               if isinstance(a.args.get("alias"), exp.Identifier)}
     for col in ast.find_all(exp.Column):
         if not isinstance(col.this, exp.Identifier):
             continue
