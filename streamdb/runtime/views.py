@@ -19,7 +19,6 @@ import json
 import logging
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -365,22 +364,20 @@ class ViewMaintainer:
         chunks = [batched[k:k + VIEWS_PER_JOB] for k in range(0, len(batched), VIEWS_PER_JOB)]
         chunks = [c for c in chunks if len(c) > 1]
 
-        def run_chunk(chunk: list[int]) -> None:
-            try:
-                table = spark.run_query(_union_sql([work[i] for i in chunk]), tables)
-            except StreamDBError:
-                return  # these views run one by one below, so each error stays with its view
+        # One registration of the inputs as DataFrames serves every job; the jobs run concurrently.
+        single = [i for i in range(len(work)) if not any(i in chunk for chunk in chunks)]
+        answers = spark.run_queries([_union_sql([work[i] for i in chunk]) for chunk in chunks]
+                                    + [work[i].sql for i in single], tables)
+        for chunk, table in zip(chunks, answers, strict=False):
+            if isinstance(table, StreamDBError):
+                continue  # these views run one by one below, so each error stays with its view
             per_view: dict[int, list[tuple[Any, ...]]] = {i: [] for i in chunk}
             for slot, text in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
                 per_view[chunk[slot]].append(tuple(json.loads(text, parse_float=decimal.Decimal).values()))
             for i, rows in per_view.items():
                 results[i] = rows
-
-        if len(chunks) == 1:
-            run_chunk(chunks[0])
-        elif chunks:
-            with ThreadPoolExecutor(max_workers=4) as pool:
-                list(pool.map(run_chunk, chunks))
+        for i, answer in zip(single, answers[len(chunks):], strict=True):
+            results[i] = answer if isinstance(answer, StreamDBError) else arrow_to_rows(answer, work[i].columns)
         rest = [i for i, r in enumerate(results) if r is None]
         if rest:
             answers = spark.run_queries([work[i].sql for i in rest], tables)
