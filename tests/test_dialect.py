@@ -563,3 +563,32 @@ def test_watermarked_append_only_table_is_a_stream() -> None:
     assert parse_one(generated) == tree
     # Without a watermark it stays an ordinary table.
     assert isinstance(parse_one("CREATE TABLE u (a INT, PRIMARY KEY (a))"), exp.Create)
+
+
+@pytest.mark.parametrize("sql, expected", [
+    ("SELECT $1,$2", "SELECT $1, $2"),
+    ("INSERT INTO t VALUES ($1,$2),($3,$4)", "INSERT INTO t VALUES ($1, $2), ($3, $4)"),
+    ("SELECT '$1,$2' AS x, $1", "SELECT '$1,$2' AS x, $1"),
+    ("SELECT $$a$1,$$, $1", "SELECT 'a$1,', $1"),
+    ("SELECT $tag$x$1,$tag$,$1", "SELECT 'x$1,', $1"),
+    ("SELECT E'\\'$1,$2', $1", "SELECT e'''$1,$2', $1"),
+    ("SELECT \"$1,$2\" FROM t WHERE a = $1 -- $1,$2\n", "SELECT \"$1,$2\" FROM t WHERE a = $1 /* $1,$2 */"),
+    ("SELECT $1::int,$2", "SELECT CAST($1 AS INT), $2"),
+])
+def test_parameters_directly_followed_by_another_token(sql, expected):
+    """psycopg writes `(%s,%s)` as `($1,$2)`: not a dollar-quoted string tagged `1,`."""
+    from streamdb.sql.parser import parse_statements
+
+    [statement] = parse_statements(sql)
+    assert statement.ast.sql(dialect="postgres") == expected
+    assert statement.sql == sql.split(" --")[0].rstrip()
+
+
+def test_positions_after_separated_parameters():
+    from streamdb.sql.parser import parse_statements
+
+    with pytest.raises(SyntaxErrorSQL) as e:
+        parse_statements("SELECT $1,$2 FROM t WHERE")
+    assert e.value.position is not None and e.value.position <= len("SELECT $1,$2 FROM t WHERE") + 1
+    statements = parse_statements("SELECT $1,$2; SELECT $1,$2")
+    assert [(s.sql, s.offset) for s in statements] == [("SELECT $1,$2", 0), ("SELECT $1,$2", 14)]

@@ -272,3 +272,11 @@ def test_aggregate_result_types_follow_postgres(conn, unique):
         cur.execute(f"SELECT g, sum(v) OVER (PARTITION BY g) FROM {t}")
         assert [d.name for d in cur.description] == ["g", "sum"] and cur.description[1].type_code == 20
         assert cur.fetchall() == [("a", 5), ("a", 5)]
+
+
+def test_parameters_without_spaces_between_them(conn, unique):
+    """psycopg sends `(%s,%s)` as `($1,$2)`: two parameters, not a dollar-quoted string."""
+    s = f"nospace_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT, b TEXT)")
+    conn.execute(f"INSERT INTO {s} VALUES (%s,%s),(%s,%s)", (1, "x", 2, "y"))
+    assert rows(conn, f"SELECT a,b FROM {s} WHERE a IN (%s,%s) ORDER BY a", (1, 2)) == [(1, "x"), (2, "y")]

@@ -7,6 +7,7 @@ the 1-based position of the offending token in the whole text, as Postgres repor
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 from dataclasses import dataclass
@@ -106,7 +107,74 @@ def generate(ast: exp.Expr) -> str:
     return _DIALECT.generate(ast)
 
 
+def _separated_parameters(text: str) -> list[int]:
+    """Offsets just after each `$n` parameter that is directly followed by something other than
+    a space or digit. sqlglot reads `$1,$2` as a dollar-quoted string tagged `1,` (Postgres tags
+    cannot start with a digit); a space after the parameter keeps them apart."""
+    out: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "'":
+            escaped = i > 0 and text[i - 1] in "eE" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
+            i += 1
+            while i < n:
+                if escaped and text[i] == "\\":
+                    i += 2
+                    continue
+                if text[i] == "'":
+                    if i + 1 < n and text[i + 1] == "'":
+                        i += 2
+                        continue
+                    break
+                i += 1
+            i += 1
+        elif c == '"':
+            end = text.find('"', i + 1)
+            i = n if end < 0 else end + 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        elif c == "$":
+            m = _DOLLAR.match(text, i)
+            if m and m.group(1):
+                i = m.end()
+                if i < n and not text[i].isspace():
+                    out.append(i)
+            elif m:
+                end = text.find(m.group(0), m.end())
+                i = n if end < 0 else end + len(m.group(0))
+            else:
+                i += 1
+        else:
+            i += 1
+    return out
+
+
+# `$n` (group 1) or a dollar-quote opening tag `$tag$`.
+_DOLLAR = re.compile(r"\$(?:(\d+)|([A-Za-z_\x80-\uffff][A-Za-z0-9_\x80-\uffff]*)?\$)")
+
+
 def _tokenize(text: str) -> list[Token]:
+    inserts = _separated_parameters(text) if "$" in text else []
+    if inserts:
+        spaced = " ".join(text[a:b] for a, b in zip([0, *inserts], [*inserts, len(text)], strict=True))
+        try:
+            tokens = _tokenize_text(spaced)
+        except SyntaxErrorSQL:
+            return _tokenize_text(text)  # the error, with positions in the text as given
+        spaces = [p + k for k, p in enumerate(inserts)]  # where the added spaces are in `spaced`
+        for token in tokens:  # offsets back into the text as given
+            token.start -= bisect.bisect_left(spaces, token.start)
+            token.end -= bisect.bisect_left(spaces, token.end)
+        return tokens
+    return _tokenize_text(text)
+
+
+def _tokenize_text(text: str) -> list[Token]:
     tokenizer = _DIALECT.tokenizer()
     try:
         return tokenizer.tokenize(text)
