@@ -50,11 +50,18 @@ def literal_value(node: exp.Expr) -> Any:
         raise NotALiteral
     if isinstance(node, exp.Paren):
         return literal_value(node.this)
-    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+    if isinstance(node, exp.Cast) and isinstance(node.this, (exp.Literal, exp.Null)):
+        # Also how bound parameters arrive: CAST('text' AS type), CAST(42 AS int), CAST(NULL AS type).
         target = T.type_from_name(node.to.sql(dialect="postgres"))
         if target is None:
             raise NotALiteral
-        return TypedValue(values.parse_text(node.this.this, target), target)
+        if isinstance(node.this, exp.Null):
+            return None
+        if node.this.is_string:
+            return TypedValue(values.parse_text(node.this.this, target), target)
+        if T.is_integer(target) and node.this.is_int:
+            return TypedValue(int(node.this.this), target)
+        raise NotALiteral
     raise NotALiteral
 
 
