@@ -45,7 +45,9 @@ VIEWS = {
     # never retracts); the table's groups shrink and vanish
     "stream_agg": "SELECT k, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi, avg(v) AS mean, "
                   "count(v) AS c FROM {s} GROUP BY k",
-    "stream_global": "SELECT count(*) AS n, sum(v) AS total, max(v) AS hi, min(k) AS lo FROM {s}",
+    "stream_global": "SELECT count(*) AS n, sum(v) AS total, max(v) AS hi, min(k) AS lo, "
+                     "count(DISTINCT v) AS dv FROM {s}",
+    "stream_distinct": "SELECT k, count(DISTINCT v) AS dv, count(*) AS n FROM {s} GROUP BY k",
     "table_linear_agg": "SELECT grp, count(*) AS n, sum(v) AS total, avg(v) AS mean FROM {t} "
                         "WHERE v IS NOT NULL GROUP BY grp",
     "table_global": "SELECT count(*) AS n, sum(v) AS total, count(v) AS c FROM {t}",
@@ -365,6 +367,9 @@ def test_aggregates_are_maintained_from_partials_where_they_can_be(conn, unique)
         f"pa_{unique}": f"SELECT k, count(*) AS n, sum(v) AS total, min(v) AS lo, max(ts) AS last FROM {s} GROUP BY k",
         f"pw_{unique}": f"SELECT window_start, k, count(*) AS n, avg(v) AS mean "
                         f"FROM TUMBLE({s}, ts, INTERVAL '10' SECOND) GROUP BY window_start, k",
+        f"pd_{unique}": f"SELECT count(DISTINCT k) AS dk, count(DISTINCT ts) AS dts FROM {s}",
+        f"pl1_{unique}": f"SELECT k, v FROM {s} WHERE v > 2",
+        f"pl2_{unique}": f"SELECT k * 10 AS k10, ts FROM {s} WHERE v IS NULL OR v < 4",
         f"pt_sum_{unique}": f"SELECT grp, sum(v) AS total, count(*) AS n FROM {t} GROUP BY grp",
         # min over a table can lose its minimum to a delete: recomputed
         f"pt_min_{unique}": f"SELECT grp, min(v) AS lo FROM {t} GROUP BY grp",
@@ -388,8 +393,11 @@ def test_aggregates_are_maintained_from_partials_where_they_can_be(conn, unique)
     assert sorted(conn.execute(f"SELECT * FROM pt_sum_{unique}").fetchall()) == [("a", 4, 1), ("c", 7, 1)]
     status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
     assert status[f"pa_{unique}"] == status[f"pw_{unique}"] == status[f"pt_sum_{unique}"] == \
-        "running (incremental aggregate)"
+        status[f"pd_{unique}"] == "running (incremental aggregate)"
     assert status[f"pt_min_{unique}"] == "running (recompute)"
+    # The views over the stream's changes ran as one shared Spark job per kind (fused.py).
+    job = {r[0]: r[9] for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert {job[f"{v}_{unique}"] for v in ("pa", "pw", "pd", "pl1", "pl2")} == {"shared"}
 
 
 def test_views_created_while_events_arrive_equal_batch(server, conn, unique):

@@ -133,7 +133,9 @@ SHOW_COLUMNS: dict[str, tuple[Column, ...]] = {
     "MATERIALIZED VIEWS": _text("name", "query"),
     "QUERIES": (Column("name", T.TEXT), Column("kind", T.TEXT), Column("status", T.TEXT),
                 Column("epochs", T.BIGINT), Column("lag", T.BIGINT), Column("rows", T.BIGINT),
-                Column("last_epoch_ms", T.DOUBLE), Column("error", T.TEXT), Column("late_events", T.BIGINT)),
+                Column("last_epoch_ms", T.DOUBLE), Column("error", T.TEXT), Column("late_events", T.BIGINT),
+                # "shared": the last epoch ran in one Spark job with other views over the same input
+                Column("spark_job", T.TEXT)),
 }
 DESCRIBE_COLUMNS = _text("property", "value")
 SHOW_CREATE_COLUMNS = _text("name", "create_sql")

@@ -5,8 +5,9 @@ the aggregates split into partials that add up (DBSP's linear aggregates over we
 
 - count(*) = sum of weights, count(x) = sum of weights where x is not null,
 - sum(x) = sum of x * weight (with count(x), since sum of nothing is NULL), avg = sum / count,
-- min(x) and max(x) only when every input is append-only (a retraction could remove the
-  minimum, which partials cannot answer; such views are recomputed instead).
+- min(x), max(x) and count(DISTINCT x) only when every input is append-only (a retraction
+  could remove the minimum, which partials cannot answer; such views are recomputed instead).
+  count(DISTINCT x) keeps each group's values seen so far, one stored key per value.
 
 Spark computes each epoch's partials per group from the inputs' changes only
 (`IncrementalAggregate.delta_sql`); the runtime adds them to the partials it stores per group
@@ -30,7 +31,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import WEIGHT, linear_delta_sql
 from streamdb.runtime.api import Column
 
-AggregateKind = Literal["count_star", "count", "sum", "avg", "min", "max"]
+AggregateKind = Literal["count_star", "count", "count_distinct", "sum", "avg", "min", "max"]
 
 _EXACT_SUM_TYPES = (T.SMALLINT, T.INTEGER, T.BIGINT, T.NUMERIC)
 _INTEGER_TYPES = (T.SMALLINT, T.INTEGER, T.BIGINT)
@@ -54,6 +55,10 @@ class IncrementalAggregate:
 
     # Spark SQL over the inputs' changes: group keys, the sum of weights, then the partials.
     delta_sql: str
+    # The rows being aggregated (Spark SQL over the changes): __g<i> group keys, __a<j> the
+    # argument of aggregate j, __weight. Views over one input fuse these into one job (fused.py).
+    rows_sql: str
+    argument_columns: tuple[Column, ...]  # rows_sql's columns, typed (without the weight)
     group_count: int
     partial_columns: tuple[Column, ...]  # every column of delta_sql's result, typed
     aggregates: tuple[AggregateSpec, ...]
@@ -87,7 +92,7 @@ def _aggregate_of(node: exp.Expression) -> tuple[AggregateKind, exp.Expression |
         if arg is None or isinstance(arg, exp.Star):
             return "count_star", None
         if isinstance(arg, exp.Distinct):
-            return None
+            return ("count_distinct", arg.expressions[0]) if len(arg.expressions) == 1 else None
         return "count", arg
     kinds: dict[type[exp.Expression], AggregateKind] = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
                                                          exp.Max: "max"}
@@ -156,7 +161,7 @@ def incremental_aggregate(query: exp.Expression, ctx: PlanContext,
     delta = linear_delta_sql(plan.resolved_sql, plan.inputs)
     if delta is None:
         return None
-    if any(k in ("min", "max") for k, _ in calls):
+    if any(k in ("min", "max", "count_distinct") for k, _ in calls):
         catalog: CatalogSnapshot = ctx.catalog
         for inp in plan.inputs:
             rel = catalog.by_id(inp.relation_id) if inp.relation_id is not None else None
@@ -186,6 +191,14 @@ def incremental_aggregate(query: exp.Expression, ctx: PlanContext,
             columns.append(Column(f"__p{start}", arg_type))
             specs.append(AggregateSpec(kind, (start,)))
             continue
+        if kind == "count_distinct":
+            if arg_type not in _ORDERED_TYPES:
+                return None
+            # The epoch's distinct values; the runtime counts those not seen before.
+            select.append(f"collect_set({a}) AS `__p{start}`")
+            columns.append(Column(f"__p{start}", T.array_of(arg_type)))
+            specs.append(AggregateSpec(kind, (start,)))
+            continue
         select.append(f"CAST(sum(CASE WHEN {a} IS NULL THEN 0 ELSE {q(WEIGHT)} END) AS BIGINT) AS `__p{start}`")
         columns.append(Column(f"__p{start}", T.BIGINT))
         if kind == "count":
@@ -205,5 +218,5 @@ def incremental_aggregate(query: exp.Expression, ctx: PlanContext,
     sql = f"SELECT {', '.join(select)} FROM ({delta}) AS `__d`"
     if group_exprs:
         sql += " GROUP BY " + ", ".join(q(f"__g{i}") for i in range(len(group_exprs)))
-    return IncrementalAggregate(sql, len(group_exprs), tuple(columns), tuple(specs), tuple(outputs),
+    return IncrementalAggregate(sql, delta, plan.columns, len(group_exprs), tuple(columns), tuple(specs), tuple(outputs),
                                 global_aggregate=not group_exprs)

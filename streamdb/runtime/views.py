@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from streamdb.planner.aggregate import IncrementalAggregate, incremental_aggrega
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.create_view import QUERY_SQL
+from streamdb.planner.fused import JSON_OPTIONS, FlatQuery, flatten, fused_aggregate_sql, fused_linear_sql
 from streamdb.planner.incremental import WEIGHT, delta_name, is_time_dependent, linear_delta_sql
 from streamdb.planner.plans import QueryPlan, SubscribePlan
 from streamdb.runtime import changes as C
@@ -84,6 +86,9 @@ class ViewStatus:
     # Maintained from stored partial aggregates (True), by recomputation (False), or not yet decided.
     partials: bool | None = None
     time_dependent: bool = False
+    # How the last epoch ran on Spark: "own" job, "batched" (a UNION ALL of views), "shared" (one
+    # scan of an input's changes for every view over it, planner/fused.py).
+    spark_job: str | None = None
     emitted_until: dt.datetime | None = None  # EMIT ON WINDOW CLOSE: windows ending by here are out
 
 
@@ -126,8 +131,7 @@ class _Work:
 
 
 # One Spark job for many views: each view's rows as JSON text, tagged with the view's slot.
-_JSON_OPTIONS = ("map('ignoreNullFields', 'false', 'timestampFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSSXXX', "
-                 "'timestampNTZFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSS', 'dateFormat', 'yyyy-MM-dd')")
+_JSON_OPTIONS = JSON_OPTIONS
 
 
 def _union_sql(work: list[_Work]) -> str:
@@ -146,6 +150,13 @@ def _aware(t: Any) -> dt.datetime | None:
     if not isinstance(t, dt.datetime):
         return None
     return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
+def _coerce_partial(value: Any, column: Column) -> Any:
+    t = column.type
+    if isinstance(t, T.ArraySqlType) and t.element is not None:  # count(DISTINCT)'s values
+        return None if value is None else [coerce(v, t.element, column.name) for v in value]
+    return coerce(value, t, column.name)
 
 
 def levels(views: list[RelationDef]) -> list[list[RelationDef]]:
@@ -190,6 +201,7 @@ class ViewMaintainer:
         # Planning a view (typing, Spark SQL) costs milliseconds; with many views it would
         # dominate an epoch, so plans are kept per view for the catalog version they were made at.
         self._plans: dict[int, tuple[int, QueryPlan, str | None, IncrementalAggregate | None]] = {}
+        self._flat_cache: dict[str, FlatQuery | None] = {}
 
     def start(self) -> None:
         self._load_progress()
@@ -358,16 +370,24 @@ class ViewMaintainer:
         (a job costs 50-90 ms here whatever its size); the rest, or all if that job fails (one
         view's error must not fail the others), run as concurrent jobs of one session."""
         results: list[list[tuple[Any, ...]] | StreamDBError | None] = [None] * len(work)
-        batched = [i for i, w in enumerate(work) if len(work) > 1 and all(_json_safe(c.type) for c in w.columns)]
+        fused_sqls, decoders, fused = self._fused_jobs(work)
+        batched = [i for i, w in enumerate(work) if len(work) > 1 and i not in fused
+                   and all(_json_safe(c.type) for c in w.columns)]
         # Chunks of views per job: a UNION of very many subqueries is slow for Spark to plan, and
         # chunks run concurrently.
         chunks = [batched[k:k + VIEWS_PER_JOB] for k in range(0, len(batched), VIEWS_PER_JOB)]
         chunks = [c for c in chunks if len(c) > 1]
 
         # One registration of the inputs as DataFrames serves every job; the jobs run concurrently.
-        single = [i for i in range(len(work)) if not any(i in chunk for chunk in chunks)]
+        single = [i for i in range(len(work)) if i not in fused and not any(i in chunk for chunk in chunks)]
         answers = spark.run_queries([_union_sql([work[i] for i in chunk]) for chunk in chunks]
-                                    + [work[i].sql for i in single], tables)
+                                    + [work[i].sql for i in single] + fused_sqls, tables)
+        for decode, table in zip(decoders, answers[len(chunks) + len(single):], strict=True):
+            if not isinstance(table, StreamDBError):
+                decode(table, results)  # a failed fused job: its views run one by one below
+        for i, w in enumerate(work):
+            w.st.spark_job = "shared" if i in fused and results[i] is not None else "batched" if any(
+                i in chunk for chunk in chunks) and results[i] is not None else "own"
         for chunk, table in zip(chunks, answers, strict=False):
             if isinstance(table, StreamDBError):
                 continue  # these views run one by one below, so each error stays with its view
@@ -376,7 +396,7 @@ class ViewMaintainer:
                 per_view[chunk[slot]].append(tuple(json.loads(text, parse_float=decimal.Decimal).values()))
             for i, rows in per_view.items():
                 results[i] = rows
-        for i, answer in zip(single, answers[len(chunks):], strict=True):
+        for i, answer in zip(single, answers[len(chunks):len(chunks) + len(single)], strict=True):
             results[i] = answer if isinstance(answer, StreamDBError) else arrow_to_rows(answer, work[i].columns)
         rest = [i for i, r in enumerate(results) if r is None]
         if rest:
@@ -384,6 +404,70 @@ class ViewMaintainer:
             for i, answer in zip(rest, answers, strict=True):
                 results[i] = answer if isinstance(answer, StreamDBError) else arrow_to_rows(answer, work[i].columns)
         return [r for r in results if r is not None]
+
+    def _flat(self, sql: str) -> FlatQuery | None:
+        if sql not in self._flat_cache:
+            if len(self._flat_cache) > 10_000:
+                self._flat_cache.clear()
+            self._flat_cache[sql] = flatten(sql)
+        return self._flat_cache[sql]
+
+    def _fused_jobs(self, work: list[_Work]) -> tuple[list[str], list[Callable[[pa.Table, list[Any]], None]], set[int]]:
+        """Spark jobs that each serve every view over one input's changes (see planner/fused.py):
+        their SQL, how each result becomes the views' rows, and which views they serve."""
+        linear: dict[str, list[tuple[int, FlatQuery]]] = {}
+        aggregates: dict[str, list[tuple[int, FlatQuery, IncrementalAggregate]]] = {}
+        for i, w in enumerate(work):
+            if len(w.delta_from) != 1 or w.eowc:
+                continue
+            if w.aggregate is not None:
+                keys = w.aggregate.argument_columns[:w.aggregate.group_count]
+                q = self._flat(w.aggregate.rows_sql) if all(_json_safe(c.type) for c in keys) else None
+                if q is not None:
+                    aggregates.setdefault(q.table, []).append((i, q, w.aggregate))
+            elif w.delta_sql is not None and all(_json_safe(c.type) for c in w.columns):
+                q = self._flat(w.delta_sql)
+                if q is not None:
+                    linear.setdefault(q.table, []).append((i, q))
+        sqls: list[str] = []
+        decoders: list[Callable[[pa.Table, list[Any]], None]] = []
+        fused: set[int] = set()
+        for table_name, items in linear.items():
+            if len(items) < 2:
+                continue
+            sqls.append(fused_linear_sql(table_name, [q for _, q in items]))
+
+            def decode_rows(table: pa.Table, results: list[Any], items: list[tuple[int, FlatQuery]] = items) -> None:
+                rows: list[list[tuple[Any, ...]]] = [[] for _ in items]
+                for v, text in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
+                    rows[v].append(tuple(json.loads(text, parse_float=decimal.Decimal).values()))
+                for (i, _), view_rows in zip(items, rows, strict=True):
+                    results[i] = view_rows
+
+            decoders.append(decode_rows)
+            fused.update(i for i, _ in items)
+        for table_name, agg_items in aggregates.items():
+            plan = fused_aggregate_sql(table_name, [(q, a) for _, q, a in agg_items]) if len(agg_items) > 1 else None
+            if plan is None:
+                continue
+            sqls.append(plan.sql)
+
+            def decode_groups(table: pa.Table, results: list[Any], items: list[tuple[int, FlatQuery,
+                              IncrementalAggregate]] = agg_items, slots: tuple[tuple[int, ...], ...] = plan.slots) -> None:
+                rows: list[list[tuple[Any, ...]]] = [[] for _ in items]
+                for row in zip(*(c.to_pylist() for c in table.columns), strict=True):
+                    v = row[0]
+                    agg = items[v][2]
+                    group = list(json.loads(row[1], parse_float=decimal.Decimal).values()) if agg.group_count else []
+                    rows[v].append((*group, row[2], *(row[c] for c in slots[v])))
+                for (i, _, agg), view_rows, view_slots in zip(items, rows, slots, strict=True):
+                    if not view_rows and not agg.group_count:
+                        view_rows.append((None,) * (1 + len(view_slots)))  # a global aggregate's row
+                    results[i] = view_rows
+
+            decoders.append(decode_groups)
+            fused.update(i for i, _, _ in agg_items)
+        return sqls, decoders, fused
 
     def _record_error(self, view: RelationDef, st: ViewStatus, e: StreamDBError) -> None:
         st.error, st.error_sqlstate = e.message, e.sqlstate
@@ -544,7 +628,7 @@ class ViewMaintainer:
         weights: Counter[tuple[Any, ...]] = Counter()
         with self.engine.storage.snapshot() as snap:
             for r in result:
-                values = [coerce(v, c.type, c.name) for v, c in zip(r, types, strict=True)]
+                values = [_coerce_partial(v, c) for v, c in zip(r, types, strict=True)]
                 group = tuple(_normalize(v) for v in values[:g])
                 key = C.key_of(group)
                 raw = snap.get(store, key)
@@ -554,7 +638,12 @@ class ViewMaintainer:
                 else:
                     partials, old_row, n = [None] * (len(types) - g - 1), None, 0
                 n += values[g] or 0
-                for spec in agg.aggregates:
+                for j, spec in enumerate(agg.aggregates):
+                    if spec.kind == "count_distinct":
+                        p = spec.partials[0]
+                        partials[p - g - 1] = (partials[p - g - 1] or 0) + self._new_distinct(
+                            snap, store, commit, (group, j), values[p] or ())
+                        continue
                     for p in spec.partials:
                         mine, theirs = partials[p - g - 1], values[p]
                         if theirs is None:
@@ -582,6 +671,18 @@ class ViewMaintainer:
                         weights[new_row] += 1
         return weights
 
+    @staticmethod
+    def _new_distinct(snap: Any, store: str, commit: Commit, where: tuple[Any, ...], seen: Any) -> int:
+        """count(DISTINCT): store each value not seen before in this group (one key per value);
+        return how many were new."""
+        new = 0
+        for value in {_normalize(v) for v in seen if v is not None}:
+            key = b"d" + repr((*where, value)).encode()
+            if snap.get(store, key) is None:
+                commit.puts.append((store, key, b""))
+                new += 1
+        return new
+
     def _aggregate_row(self, agg: IncrementalAggregate, item: _Work, group: tuple[Any, ...], n: int,
                        partials: list[Any]) -> tuple[Any, ...]:
         """A group's output row from its partial aggregates."""
@@ -595,7 +696,7 @@ class ViewMaintainer:
             parts = [partials[p - base] for p in spec.partials]
             if spec.kind == "count_star":
                 out.append(n)
-            elif spec.kind == "count":
+            elif spec.kind in ("count", "count_distinct"):
                 out.append(parts[0] or 0)
             elif spec.kind in ("min", "max"):
                 out.append(parts[0])

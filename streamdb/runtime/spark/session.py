@@ -264,6 +264,11 @@ def _from_spark_arrow(table: pa.Table) -> pa.Table:
     return pa.table(columns, names=table.column_names)
 
 
+SMALL_INPUT_ROWS = 50_000
+_SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
+                     "spark.sql.codegen.wholeStage": "false"}
+
+
 class SparkRuntime:
     """Owns the process's SparkSession and runs SQL over Arrow tables.
 
@@ -564,6 +569,12 @@ class SparkRuntime:
             self._active += 1
         try:
             spark = root.newSession()
+            if sum(t.num_rows for t in tables.values()) <= SMALL_INPUT_ROWS:
+                # Small inputs (an epoch's changes): Spark's fixed costs dominate. One shuffle
+                # partition, no adaptive re-planning and no code generation measured 583 -> 386 ms
+                # for 16 views over 300 rows in one job (local[2]).
+                for key, value in _SMALL_INPUT_CONF.items():
+                    spark.conf.set(key, value)
             for name, table in tables.items():
                 if not _IDENT.match(name):
                     raise InternalError(f"invalid temp view name for Spark: {name!r}")

@@ -34,13 +34,15 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
             late = _late_events(ctx, r.depends_on)
             rows.append((r.name, r.shown_kind.replace("_", " ") + (" (derived)" if r.shown_kind != r.kind else ""),
                          status, st.epochs if st else 0, lag,
-                         count, st.last_epoch_ms if st else None, st.error if st else None, late))
+                         count, st.last_epoch_ms if st else None, st.error if st else None, late,
+                         st.spark_job if st else None))
         for sub in list(views.subscriptions.values()):
             status = "failed" if sub.error else ("running" if sub.started else "starting")
             status += " (incremental)" if sub.plan.delta_sql else " (recompute)"
             inputs = tuple(i.relation_id for i in sub.plan.query.inputs if i.relation_id is not None)
             rows.append((f"push query {sub.id}", "push query", status, sub.epochs, None, sub.buffered,
-                         sub.last_epoch_ms, sub.error.message if sub.error else None, _late_events(ctx, inputs)))
+                         sub.last_epoch_ms, sub.error.message if sub.error else None, _late_events(ctx, inputs),
+                         "own"))
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "ALL":
         rows = [(r.name, r.shown_kind.replace("_", " ")) for r in rels]
