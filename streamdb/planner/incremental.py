@@ -9,6 +9,8 @@ maintained by recomputing them on Spark and applying the difference.
 
 from __future__ import annotations
 
+import functools
+
 from sqlglot import exp
 
 from streamdb import types as T
@@ -22,6 +24,7 @@ _NONLINEAR_ARGS = ("group", "having", "distinct", "limit", "offset", "joins", "l
 _TIME_DEPENDENT = (exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Rand)
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every view at every epoch
 def is_time_dependent(resolved_sql: str) -> bool:
     """Whether the query's result changes as time passes (temporal filters such as
     `WHERE ts > now() - INTERVAL '1' HOUR`), so it must be re-evaluated without new input."""

@@ -351,18 +351,34 @@ class ViewMaintainer:
                 results += self._run_level(spark, group, tables)
             except StreamDBError as e:
                 results += [e] * len(group)
+        # Every view's changes, state and offsets go into one atomic commit (one sync for the
+        # level, not one per view); a view whose epoch failed is left out and keeps its error.
+        level_commit = Commit()
+        applied: list[tuple[_Work, Callable[[], None]]] = []
         for item, result in zip(work, results, strict=True):
             try:
                 if isinstance(result, StreamDBError):
                     raise result
-                self._apply(item, result)
-                item.st.error = None
-                item.st.error_sqlstate = None
+                done = self._apply(item, result, level_commit)
+                if done is not None:
+                    applied.append((item, done))
             except StreamDBError as e:
                 self._record_error(item.view, item.st, e)
             except Exception as e:  # noqa: BLE001
                 log.exception("view %s failed", item.view.name)
                 self._record_error(item.view, item.st, InternalError(f"{type(e).__name__}: {e}"))
+        if not applied:
+            return
+        try:
+            engine.storage.commit(level_commit)
+        except StreamDBError as e:
+            for item, _ in applied:
+                self._record_error(item.view, item.st, e)
+            return
+        for item, done in applied:
+            done()
+            item.st.error = None
+            item.st.error_sqlstate = None
 
     def _run_level(self, spark: Any, work: list[_Work],
                    tables: dict[str, pa.Table]) -> list[list[tuple[Any, ...]] | StreamDBError]:
@@ -517,8 +533,9 @@ class ViewMaintainer:
         return _Work(view, st, plan, delta_sql, offsets, tables, started, close_until, eowc_input is not None,
                      aggregate, delta_from)
 
-    def _apply(self, item: _Work, result: list[tuple[Any, ...]]) -> None:
-        """Turn a query result into the view's changes; commit them with the offsets they reflect."""
+    def _apply(self, item: _Work, result: list[tuple[Any, ...]], level_commit: Commit) -> Callable[[], None] | None:
+        """Turn a query result into the view's changes, added to `level_commit` with the offsets
+        they reflect; return what to record once that commit is durable (None: nothing to do)."""
         engine = self.engine
         view, st = item.view, item.st
         store = state_store(view.id)
@@ -604,17 +621,22 @@ class ViewMaintainer:
         commit.puts.append((META, meta_key(view.id), json.dumps(meta).encode()))
         # The view may have been dropped while Spark ran: then there is nothing to store.
         if engine.catalog.snapshot().by_id(view.id) is None:
-            return
-        engine.storage.commit(commit)
-        st.processed = item.offsets
-        st.epochs = epoch
-        st.emitted_until = emitted_until
-        st.incremental = item.delta_sql is not None or item.aggregate is not None
-        st.partials = item.aggregate is not None
-        st.last_epoch_ms = (time.monotonic() - item.started) * 1000
-        st.last_epoch_at = time.time()
-        if changes and engine.loop is not None:
-            engine.loop.call_soon_threadsafe(self._wake.set)  # views over this view
+            return None
+        level_commit.appends += commit.appends
+        level_commit.puts += commit.puts
+        level_commit.deletes += commit.deletes
+
+        def done() -> None:
+            st.processed = item.offsets
+            st.epochs = epoch
+            st.emitted_until = emitted_until
+            st.incremental = item.delta_sql is not None or item.aggregate is not None
+            st.partials = item.aggregate is not None
+            st.last_epoch_ms = (time.monotonic() - item.started) * 1000
+            st.last_epoch_at = time.time()
+            if changes and engine.loop is not None:
+                engine.loop.call_soon_threadsafe(self._wake.set)  # views over this view
+        return done
 
     def _merge_partials(self, item: _Work, result: list[tuple[Any, ...]], commit: Commit) -> Counter[tuple[Any, ...]]:
         """Add an epoch's partial aggregates to the stored ones (puts go into `commit`); return the
