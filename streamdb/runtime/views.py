@@ -333,16 +333,18 @@ class ViewMaintainer:
             return
         # Views whose inputs' changes start at different offsets (a view just created beside
         # older ones) register different tables under the same names: they run separately.
-        groups: dict[tuple[tuple[str, tuple[int, ...]], ...], list[_Work]] = {}
+        groups: list[tuple[dict[str, tuple[int, ...]], list[_Work]]] = []
         for item in work:
-            if item.delta_from:
-                groups.setdefault(tuple(sorted(item.delta_from.items())), []).append(item)
-        # Recomputed views read whole inputs under other names: they join the largest group.
-        largest = max(groups, key=lambda k: len(groups[k]), default=())
-        groups.setdefault(largest, []).extend(item for item in work if not item.delta_from)
+            for starts, members in groups:
+                if all(starts.get(name, start) == start for name, start in item.delta_from.items()):
+                    starts.update(item.delta_from)
+                    members.append(item)
+                    break
+            else:
+                groups.append((dict(item.delta_from), [item]))
         results: list[list[tuple[Any, ...]] | StreamDBError] = []
-        work = [item for group in groups.values() for item in group]
-        for group in groups.values():
+        work = [item for _, group in groups for item in group]
+        for _, group in groups:
             tables: dict[str, pa.Table] = {}
             for item in group:
                 tables.update(item.tables)
