@@ -5,13 +5,16 @@ perhaps followed by a GROUP BY of partial aggregates). Run as separate subquerie
 UNION ALL job, every view costs Spark its own scan, operators and shuffle: measured here
 (local[2], 300 changed rows, 16 views) 272 ms for 16 linear views and 510 ms for 16 aggregate
 views in one UNION ALL job. Fused, every changed row is scanned once and exploded into one
-element per view it passes (view id + that view's projected row): 59 ms and 94 ms.
+element per view it passes: 59 ms and 94 ms.
 
-- Linear views: each element carries the view's row as JSON text.
-- Aggregate views: each element carries the view's group key as JSON text, the weight, and the
-  inputs of its partial aggregates in typed *slots* shared by all views (a view uses the first
-  slots of each kind it needs, the others are NULL); one GROUP BY (view, key) sums, mins,
-  maxes or collects (count(DISTINCT)) every slot. The runtime maps the slots back to each view's partials.
+- Each element carries the view's id, a key as JSON text, the weight, and the inputs of the
+  view's partial aggregates in typed *slots* shared by all views (a view uses the first slots of
+  each kind it needs, the others are NULL); one GROUP BY (view, key) sums, mins, maxes or
+  collects (count(DISTINCT)) every slot. The runtime maps the slots back to each view's partials.
+- An aggregate view's key is its group key; a linear view's key is its whole row, and its
+  result is each changed row with its summed weight (the same changes, consolidated).
+
+So every view over one input's changes, linear or aggregate, is served by one query.
 """
 
 from __future__ import annotations
@@ -90,15 +93,6 @@ def _exploded(table: str, elements: list[str]) -> str:
             "WHERE __x IS NOT NULL")
 
 
-def fused_linear_sql(table: str, views: list[FlatQuery]) -> str:
-    """(__v, __r): each view's rows (position in `views`, its row as JSON with keys c0, c1, ...)."""
-    elements = []
-    for i, q in enumerate(views):
-        row = "named_struct(" + ", ".join(f"'c{k}', {e}" for k, (_, e) in enumerate(q.projections)) + ")"
-        elements.append(_element(i, q.where, [("__r", f"to_json({row}, {JSON_OPTIONS})")]))
-    return f"SELECT __x.__v AS __v, __x.__r AS __r {_exploded(table, elements)}"
-
-
 @dataclass(frozen=True)
 class FusedAggregates:
     sql: str  # (__v, __k: group key as JSON, __n, slot values...)
@@ -131,11 +125,16 @@ def _slot_inputs(q: FlatQuery, agg: IncrementalAggregate,
     return out
 
 
-def fused_aggregate_sql(table: str, views: list[tuple[FlatQuery, IncrementalAggregate]]) -> FusedAggregates | None:
+def fused_aggregate_sql(table: str,
+                        views: list[tuple[FlatQuery, IncrementalAggregate | None]]) -> FusedAggregates | None:
     """One GROUP BY (view, key) computing every view's partial aggregates, or None if some
-    view's partials have no slot type."""
-    per_view = []
+    view's partials have no slot type. A linear view (no aggregate) groups by its whole row
+    (without the weight): its result is each changed row with its summed weight."""
+    per_view: list[list[tuple[tuple[str, str], str]]] = []
     for q, agg in views:
+        if agg is None:
+            per_view.append([])
+            continue
         types = {c.name: c.type for c in agg.argument_columns}
         inputs = _slot_inputs(q, agg, types)
         if inputs is None:
@@ -157,7 +156,10 @@ def fused_aggregate_sql(table: str, views: list[tuple[FlatQuery, IncrementalAggr
             k = next(k for k, other in enumerate(kinds) if other == kind and k not in used)
             used.append(k)
             fields[k] = (f"__s{k}", value)
-        if agg.group_count:
+        if agg is None:
+            row = [e for name, e in q.projections if name != WEIGHT]
+            key = "to_json(named_struct(" + ", ".join(f"'c{k}', {e}" for k, e in enumerate(row)) + f"), {JSON_OPTIONS})"
+        elif agg.group_count:
             key = "named_struct(" + ", ".join(f"'g{g}', {q.expression(f'__g{g}')}" for g in range(agg.group_count)) + ")"
             key = f"to_json({key}, {JSON_OPTIONS})"
         else:

@@ -34,7 +34,7 @@ from streamdb.planner.aggregate import IncrementalAggregate, incremental_aggrega
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.create_view import QUERY_SQL
-from streamdb.planner.fused import JSON_OPTIONS, FlatQuery, flatten, fused_aggregate_sql, fused_linear_sql
+from streamdb.planner.fused import JSON_OPTIONS, FlatQuery, flatten, fused_aggregate_sql
 from streamdb.planner.incremental import WEIGHT, delta_name, is_time_dependent, linear_delta_sql
 from streamdb.planner.plans import QueryPlan, SubscribePlan
 from streamdb.runtime import changes as C
@@ -433,58 +433,46 @@ class ViewMaintainer:
     def _fused_jobs(self, work: list[_Work]) -> tuple[list[str], list[Callable[[pa.Table, list[Any]], None]], set[int]]:
         """Spark jobs that each serve every view over one input's changes (see planner/fused.py):
         their SQL, how each result becomes the views' rows, and which views they serve."""
-        linear: dict[str, list[tuple[int, FlatQuery]]] = {}
-        aggregates: dict[str, list[tuple[int, FlatQuery, IncrementalAggregate]]] = {}
+        by_input: dict[str, list[tuple[int, FlatQuery, IncrementalAggregate | None]]] = {}
         for i, w in enumerate(work):
             if len(w.delta_from) != 1 or w.eowc:
                 continue
+            q = None
             if w.aggregate is not None:
                 keys = w.aggregate.argument_columns[:w.aggregate.group_count]
                 q = self._flat(w.aggregate.rows_sql) if all(_json_safe(c.type) for c in keys) else None
-                if q is not None:
-                    aggregates.setdefault(q.table, []).append((i, q, w.aggregate))
             elif w.delta_sql is not None and all(_json_safe(c.type) for c in w.columns):
                 q = self._flat(w.delta_sql)
-                if q is not None:
-                    linear.setdefault(q.table, []).append((i, q))
+            if q is not None:
+                by_input.setdefault(q.table, []).append((i, q, w.aggregate))
         sqls: list[str] = []
         decoders: list[Callable[[pa.Table, list[Any]], None]] = []
         fused: set[int] = set()
-        for table_name, items in linear.items():
-            if len(items) < 2:
-                continue
-            sqls.append(fused_linear_sql(table_name, [q for _, q in items]))
-
-            def decode_rows(table: pa.Table, results: list[Any], items: list[tuple[int, FlatQuery]] = items) -> None:
-                rows: list[list[tuple[Any, ...]]] = [[] for _ in items]
-                for v, text in zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True):
-                    rows[v].append(tuple(json.loads(text, parse_float=decimal.Decimal).values()))
-                for (i, _), view_rows in zip(items, rows, strict=True):
-                    results[i] = view_rows
-
-            decoders.append(decode_rows)
-            fused.update(i for i, _ in items)
-        for table_name, agg_items in aggregates.items():
-            plan = fused_aggregate_sql(table_name, [(q, a) for _, q, a in agg_items]) if len(agg_items) > 1 else None
+        for table_name, items in by_input.items():
+            plan = fused_aggregate_sql(table_name, [(q, a) for _, q, a in items]) if len(items) > 1 else None
             if plan is None:
                 continue
             sqls.append(plan.sql)
 
-            def decode_groups(table: pa.Table, results: list[Any], items: list[tuple[int, FlatQuery,
-                              IncrementalAggregate]] = agg_items, slots: tuple[tuple[int, ...], ...] = plan.slots) -> None:
+            def decode(table: pa.Table, results: list[Any], items: list[tuple[int, FlatQuery,
+                       IncrementalAggregate | None]] = items, slots: tuple[tuple[int, ...], ...] = plan.slots) -> None:
                 rows: list[list[tuple[Any, ...]]] = [[] for _ in items]
                 for row in zip(*(c.to_pylist() for c in table.columns), strict=True):
                     v = row[0]
                     agg = items[v][2]
+                    if agg is None:  # a linear view: a changed row and its weight
+                        if row[2]:
+                            rows[v].append((*json.loads(row[1], parse_float=decimal.Decimal).values(), row[2]))
+                        continue
                     group = list(json.loads(row[1], parse_float=decimal.Decimal).values()) if agg.group_count else []
                     rows[v].append((*group, row[2], *(row[c] for c in slots[v])))
                 for (i, _, agg), view_rows, view_slots in zip(items, rows, slots, strict=True):
-                    if not view_rows and not agg.group_count:
+                    if agg is not None and not view_rows and not agg.group_count:
                         view_rows.append((None,) * (1 + len(view_slots)))  # a global aggregate's row
                     results[i] = view_rows
 
-            decoders.append(decode_groups)
-            fused.update(i for i, _, _ in agg_items)
+            decoders.append(decode)
+            fused.update(i for i, _, _ in items)
         return sqls, decoders, fused
 
     def _record_error(self, view: RelationDef, st: ViewStatus, e: StreamDBError) -> None:
