@@ -116,6 +116,10 @@ class RelationReader:
             cached = self._tables.get(rel.id)
         if cached is not None and cached[0] == offsets:
             return cached[1]
+        if cached is not None and rel.kind == "materialized_view":
+            grown = self._grown_view(rel, snap, cached, offsets)
+            if grown is not None:
+                return grown
         rows, keys = [], []
         if rel.kind == "materialized_view":
             for key, value in snap.scan(state_store(rel.id)):
@@ -133,6 +137,34 @@ class RelationReader:
         schema = pa.schema([*(pa.field(c.name, c.type.arrow()) for c in rel.columns),
                             pa.field(C.ROWKEY, pa.binary())])
         table = pa.Table.from_arrays(arrays, schema=schema)
+        with self._lock:
+            self._tables[rel.id] = (offsets, table)
+        return table
+
+    def _grown_view(self, rel: RelationDef, snap: Snapshot, cached: tuple[tuple[int, ...], pa.Table],
+                    offsets: tuple[int, ...]) -> pa.Table | None:
+        """A view whose changes since the cached table only add rows (a filter over a stream, say)
+        is the cached table plus those rows: no rescan of its whole state at every epoch."""
+        done, table = cached
+        if len(done) != len(offsets) or any(d > o for d, o in zip(done, offsets, strict=True)):
+            return None
+        delta = self.read_delta(rel, snap, done)
+        weights = delta.column(C.WEIGHT).to_pylist()
+        if any(w <= 0 for w in weights):
+            return None  # rows go away: rebuild from the state
+        parts = []
+        for p in range(rel.partitions):
+            cache, end = self._log_partition(rel, snap, p)
+            begin = done[p] if p < len(done) else 0
+            if cache.tables and end > begin:
+                parts.append(pa.concat_tables(cache.tables).slice(begin, end - begin))
+        if parts:
+            log = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            repeat = [i for i, w in enumerate(weights) for _ in range(w)]
+            added = log.select([*(c.name for c in rel.columns), C.ROWKEY]).take(pa.array(repeat, pa.int64()))
+            table = pa.concat_tables([table, added.cast(table.schema)])
+            if table.num_columns and table.column(0).num_chunks > 64:
+                table = table.combine_chunks()
         with self._lock:
             self._tables[rel.id] = (offsets, table)
         return table
