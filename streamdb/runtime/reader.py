@@ -7,6 +7,7 @@ Tables are rebuilt from their state store when their log has moved on.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 from typing import Any
@@ -24,13 +25,25 @@ def state_store(rel_id: int) -> str:
 
 
 class _PartitionCache:
-    __slots__ = ("end", "tables", "events", "rowtimes")
+    __slots__ = ("end", "tables", "starts", "events", "rowtimes")
 
     def __init__(self) -> None:
         self.end = 0
         self.tables: list[pa.Table] = []  # decoded batches (typed streams, and change logs)
+        self.starts: list[int] = []  # the offset of each batch's first change
         self.events: list[dict[str, Any]] = []  # schemaless streams: parsed JSON events
         self.rowtimes: list[Any] = []
+
+
+def _changes_between(cache: _PartitionCache, begin: int, end: int) -> pa.Table | None:
+    """The cached changes at offsets [begin, end), touching only the batches that hold them."""
+    if end <= begin or not cache.tables:
+        return None
+    first = max(bisect.bisect_right(cache.starts, begin) - 1, 0)
+    last = bisect.bisect_left(cache.starts, end)
+    tables = cache.tables[first:last]
+    joined = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return joined.slice(begin - cache.starts[first], end - begin)
 
 
 class RelationReader:
@@ -70,6 +83,7 @@ class RelationReader:
                         cache.events.extend(json.loads(s) for s in table.column(C.JSON_VALUE).to_pylist())
                         cache.rowtimes.extend(table.column(C.ROWTIME).to_pylist())
                     else:
+                        cache.starts.append(cache.end)
                         cache.tables.append(table)
                     cache.end = first + count
             return cache, end
@@ -155,9 +169,9 @@ class RelationReader:
         parts = []
         for p in range(rel.partitions):
             cache, end = self._log_partition(rel, snap, p)
-            begin = done[p] if p < len(done) else 0
-            if cache.tables and end > begin:
-                parts.append(pa.concat_tables(cache.tables).slice(begin, end - begin))
+            changes = _changes_between(cache, done[p] if p < len(done) else 0, end)
+            if changes is not None:
+                parts.append(changes)
         if parts:
             log = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
             repeat = [i for i, w in enumerate(weights) for _ in range(w)]
@@ -177,8 +191,8 @@ class RelationReader:
             begin = start[p] if p < len(start) else 0
             if rel.schemaless:
                 parts.append(self._schemaless_table(rel, cache.events[begin:end], cache.rowtimes[begin:end]))
-            elif cache.tables and end > begin:
-                parts.append(pa.concat_tables(cache.tables).slice(begin, end - begin))
+            elif (changes := _changes_between(cache, begin, end)) is not None:
+                parts.append(changes)
         names = [*(c.name for c in rel.columns), C.ROWTIME, C.WEIGHT]
         if not parts:
             return C.batch_schema(rel).empty_table().select(names) if not rel.schemaless else \
