@@ -11,7 +11,10 @@ from typing import Any, Literal
 
 from streamdb.types import SqlType, type_from_name
 
-RelationKind = Literal["stream", "table", "view", "materialized_view"]
+# Connectors and sinks are catalog objects beside the relations (their own namespaces): they
+# hold no rows and never appear where relations are listed (pg_class, SHOW TABLES, ...).
+RelationKind = Literal["stream", "table", "view", "materialized_view", "connector", "sink"]
+OBJECT_KINDS = ("connector", "sink")
 ColumnRole = Literal["KEY", "HEADERS", "HEADER"]
 
 # Relation OIDs start where Postgres starts user objects, so tools see familiar numbers.
@@ -130,9 +133,22 @@ class CatalogSnapshot:
 
     version: int
     relations: dict[str, RelationDef]  # by lower-case name (schema public)
+    objects: dict[str, RelationDef] = field(default_factory=dict)  # connectors, sinks: by "<kind>:<name>"
 
     def get(self, name: str) -> RelationDef | None:
         return self.relations.get(name)
+
+    def object(self, kind: str, name: str) -> RelationDef | None:
+        return self.objects.get(f"{kind}:{name}")
+
+    def objects_of(self, kind: str) -> list[RelationDef]:
+        return sorted((o for o in self.objects.values() if o.kind == kind), key=lambda o: o.name)
+
+    def object_by_id(self, obj_id: int) -> RelationDef | None:
+        for o in self.objects.values():
+            if o.id == obj_id:
+                return o
+        return None
 
     def by_id(self, rel_id: int) -> RelationDef | None:
         for r in self.relations.values():
@@ -141,4 +157,5 @@ class CatalogSnapshot:
         return None
 
     def dependents(self, rel_id: int) -> list[RelationDef]:
-        return [r for r in self.relations.values() if rel_id in r.depends_on]
+        """Relations, then sinks, that depend on a relation or connector."""
+        return [r for r in (*self.relations.values(), *self.objects.values()) if rel_id in r.depends_on]

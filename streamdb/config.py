@@ -37,6 +37,11 @@ class Settings(BaseModel):
     # A push query's changes waiting for a slow client; past this it ends with SQLSTATE 53000.
     subscriber_buffer_changes: int = Field(100_000, ge=1)
     database: str = "streamdb"
+    # Connectors: FILE connector paths must lie under this directory (default: <data_dir>/files).
+    file_root: Path | None = None
+    # Kafka client properties that read files, load code or fetch URLs (ssl.*.location,
+    # sasl.kerberos.*, sasl.oauthbearer.*, plugin.library.paths) are refused unless this is set.
+    allow_kafka_file_properties: bool = False
 
     @field_validator("spark_master")
     @classmethod

@@ -124,6 +124,10 @@ class WrongObjectType(StreamDBError):
     sqlstate = "42809"
 
 
+class InsufficientPrivilege(StreamDBError):
+    sqlstate = "42501"
+
+
 class DependentObjectsStillExist(StreamDBError):
     sqlstate = "2BP01"
 

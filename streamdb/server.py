@@ -29,6 +29,7 @@ async def run_server(settings: Settings, install_signals: tuple[signal.Signals, 
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    await asyncio.to_thread(engine.sources.stop)
     await engine.views.stop()
     try:
         await asyncio.wait_for(wire.close(), timeout=SHUTDOWN_GRACE_SECONDS)

@@ -55,6 +55,14 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         return query_planner.plan_query(node, ctx)
     if isinstance(node, S.CreateStream):
         return create_stream.plan(node, ctx, sql)
+    if isinstance(node, S.CreateConnector):
+        from streamdb.planner import connectors
+
+        return connectors.plan_create_connector(node, ctx)
+    if isinstance(node, S.CreateSource):
+        return create_stream.plan_create_source(node, ctx, sql)
+    if isinstance(node, S.DropConnector):
+        return drop.plan_object(node, "connector")
     if isinstance(node, exp.Create):
         kind = str(node.args.get("kind") or "").upper()
         if kind == "TABLE":
@@ -136,6 +144,12 @@ SHOW_COLUMNS: dict[str, tuple[Column, ...]] = {
                 Column("last_epoch_ms", T.DOUBLE), Column("error", T.TEXT), Column("late_events", T.BIGINT),
                 # "shared": the last epoch ran in one Spark job with other views over the same input
                 Column("spark_job", T.TEXT)),
+    "CONNECTORS": _text("name", "direction", "type", "options"),
+    "SOURCES": (Column("name", T.TEXT), Column("connector", T.TEXT), Column("origin", T.TEXT),
+                Column("format", T.TEXT), Column("status", T.TEXT), Column("records", T.BIGINT),
+                Column("bad_records", T.BIGINT), Column("dead_letters", T.TEXT), Column("error", T.TEXT)),
+    "SINKS": (Column("name", T.TEXT), Column("from", T.TEXT), Column("connector", T.TEXT), Column("status", T.TEXT),
+              Column("changes", T.BIGINT), Column("error", T.TEXT)),
 }
 DESCRIBE_COLUMNS = _text("property", "value")
 SHOW_CREATE_COLUMNS = _text("name", "create_sql")

@@ -27,7 +27,8 @@ def column_type(kind: exp.DataType | None, where: exp.Expression) -> T.SqlType:
     return t
 
 
-def column_defs(defs: list[exp.ColumnDef], *, stream: bool) -> tuple[tuple[ColumnDef, ...], tuple[str, ...]]:
+def column_defs(defs: list[exp.ColumnDef], *, stream: bool,
+                external: bool = False) -> tuple[tuple[ColumnDef, ...], tuple[str, ...]]:
     """ColumnDefs and inline PRIMARY KEY columns."""
     out: list[ColumnDef] = []
     inline_pk: list[str] = []
@@ -62,9 +63,9 @@ def column_defs(defs: list[exp.ColumnDef], *, stream: bool) -> tuple[tuple[Colum
                 if role == "HEADER":
                     hk = kind.args.get("expression")
                     header_key = hk.name if isinstance(hk, exp.Expression) else str(hk)
-                if role in ("HEADERS", "HEADER"):
-                    raise FeatureNotSupported(f"{role} columns belong to connector-backed streams, "
-                                              "which are not yet supported", position=position_of(d))
+                if role in ("HEADERS", "HEADER") and not external:
+                    raise FeatureNotSupported(f"{role} columns hold Kafka record headers: they belong to "
+                                              "EXTERNAL streams", position=position_of(d))
             elif isinstance(kind, (exp.UniqueColumnConstraint, exp.CheckColumnConstraint)):
                 raise FeatureNotSupported(f"{kind.key.upper().replace('COLUMNCONSTRAINT', '')} "
                                           "constraints are not supported", position=position_of(d))

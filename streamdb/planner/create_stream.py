@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlglot import exp
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
-from streamdb.errors import DatatypeMismatch, FeatureNotSupported, UndefinedColumn
+from streamdb.errors import DatatypeMismatch, FeatureNotSupported, InvalidParameterValue, UndefinedColumn
 from streamdb.planner.columns import column_defs
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import normalize, table_name
@@ -20,6 +21,7 @@ from streamdb.planner.options import (
 )
 from streamdb.planner.plans import CreateRelationPlan
 from streamdb.planner.windows import interval_seconds
+from streamdb.sql import ast as S
 from streamdb.sql.ast import CreateStream
 
 
@@ -45,7 +47,7 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
     opts: StreamOptions = validate_options(StreamOptions, property_values(stmt.args.get("properties")), "stream")
     reject_connector_options(opts, bool(stmt.args.get("external")))
     defs = stmt.args.get("columns")
-    columns, _ = column_defs(defs or [], stream=True)
+    columns, _ = column_defs(defs or [], stream=True, external=bool(stmt.args.get("external")))
     schemaless = defs is None or len(defs) == 0
     ts_col = normalize(opts.timestamp) if opts.timestamp else None
     if ts_col is not None and not schemaless:
@@ -79,5 +81,62 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
         extra=((("watermark_delay_seconds", delay),) if delay is not None else ())
         + ((("shown_as", "table"),) if stmt.args.get("table") else ()),
     )
+    companions: tuple[RelationDef, ...] = ()
+    if stmt.args.get("external"):
+        from streamdb.planner.connectors import external_stream
+
+        rel, errors = external_stream(rel, opts, ctx)
+        companions = (errors,)
     return CreateRelationPlan(rel, if_not_exists=bool(stmt.args.get("exists")),
-                              or_replace=bool(stmt.args.get("replace")))
+                              or_replace=bool(stmt.args.get("replace")), companions=companions)
+
+
+_SOURCE_OPTIONS = {"topic": "kafka_topic", "properties.bootstrap.server": "bootstrap_servers",
+                   "properties.bootstrap.servers": "bootstrap_servers", "scan.startup.mode": "scan_startup"}
+
+
+def plan_create_source(stmt: S.CreateSource, ctx: PlanContext, sql: str) -> CreateRelationPlan:
+    """RisingWave's CREATE SOURCE name (...) WITH (connector = 'kafka', topic = '...',
+    properties.bootstrap.server = '...') FORMAT PLAIN ENCODE JSON: an external stream."""
+    values = property_values(stmt.args.get("properties"))
+    connector = str(values.pop("connector", "kafka")).lower()
+    if connector != "kafka":
+        raise FeatureNotSupported(f"CREATE SOURCE with connector '{connector}' is not supported",
+                                  hint="Kafka sources: connector = 'kafka'; files: CREATE SOURCE CONNECTOR ... FILE")
+    fmt = str(stmt.args.get("format") or "PLAIN").upper()
+    if fmt != "PLAIN":
+        raise FeatureNotSupported(f"FORMAT {fmt} is not supported (FORMAT PLAIN is)")
+    encode = str(stmt.args.get("encode") or "JSON").lower()
+    options: dict[str, Any] = {"format": encode}
+    for key, value in values.items():
+        target = _SOURCE_OPTIONS.get(key)
+        if target is None:
+            raise InvalidParameterValue(f'unrecognized source option "{key}"',
+                                        hint="valid options are: connector, " + ", ".join(_SOURCE_OPTIONS))
+        options[target] = value
+    for key, value in property_values(stmt.args.get("encode_properties")).items():
+        if key == "delimiter":
+            options["csv_delimiter"] = value
+        elif key == "schema" and encode == "avro":
+            options["avro_schema"] = value
+        elif key == "without_header":
+            if str(value).lower() not in ("true", "1"):
+                raise FeatureNotSupported("CSV sources with a header line are not supported (without_header = 'true')")
+        else:
+            raise InvalidParameterValue(f'unrecognized ENCODE {encode.upper()} option "{key}"')
+    if "scan_startup" in options:
+        options["scan_startup"] = str(options["scan_startup"]).lower()
+    columns = list(stmt.args.get("columns") or [])
+    for inc in stmt.args.get("includes") or []:
+        what = str(inc.this).upper()
+        alias = inc.args.get("alias")
+        if what != "KEY":
+            raise FeatureNotSupported(f"INCLUDE {what} is not supported (INCLUDE KEY is)")
+        col = exp.ColumnDef(this=alias or exp.to_identifier("_rw_key"), kind=exp.DataType.build("bytea"),
+                            constraints=[exp.ColumnConstraint(kind=S.StreamColumnRole(this="KEY"))])
+        columns.append(col)
+        options["key_format"] = "bytes"
+    props = [exp.Property(this=exp.Var(this=k), value=exp.Literal.string(str(v))) for k, v in options.items()]
+    node = S.CreateStream(this=stmt.this.copy(), columns=columns, properties=props, external=True,
+                          watermark=stmt.args.get("watermark"), exists=stmt.args.get("exists"))
+    return plan(node, ctx, sql)

@@ -19,17 +19,38 @@ class StreamOptions(BaseModel):
     watermark: str | None = None  # used by views (issue 3); recorded now
     key_format: str | None = None
     timestamp_format: str | None = None
-    # Connector-backed (EXTERNAL) streams arrive with issue 4; rejected for now.
+    # External streams: records of a Kafka topic (through a source connector, or the server's
+    # --kafka-bootstrap), or files of a FILE source connector.
     kafka_topic: str | None = None
     connector: str | None = None
+    bootstrap_servers: str | None = None  # a Kafka stream without a connector (RisingWave's CREATE SOURCE)
+    scan_startup: str = "earliest"  # where a new external stream starts reading: earliest | latest
+    max_record_bytes: int = Field(1 << 20, ge=1)
+    csv_delimiter: str = Field(",", min_length=1, max_length=1)
+    avro_schema: str | None = None  # value_format avro: the writer's schema, as JSON
+    pattern: str | None = None  # FILE connector: file names to read (glob), e.g. '*.jsonl'
 
     @field_validator("value_format")
     @classmethod
     def _fmt(cls, v: str) -> str:
         v = v.lower()
-        if v not in ("json",):
-            raise ValueError(f"format '{v}' is not supported for streams yet (supported: json)")
+        if v not in ("json", "csv", "text", "bytes", "avro"):
+            raise ValueError(f"format '{v}' is not supported (supported: json, csv, text, bytes, avro)")
         return v
+
+    @field_validator("key_format")
+    @classmethod
+    def _key_fmt(cls, v: str | None) -> str | None:
+        if v is not None and v.lower() not in ("text", "json", "bytes"):
+            raise ValueError(f"key format '{v}' is not supported (supported: text, json, bytes)")
+        return v.lower() if v is not None else None
+
+    @field_validator("scan_startup")
+    @classmethod
+    def _startup(cls, v: str) -> str:
+        if v.lower() not in ("earliest", "latest"):
+            raise ValueError("scan_startup is 'earliest' or 'latest'")
+        return v.lower()
 
 
 class TableOptions(BaseModel):
@@ -90,11 +111,14 @@ def validate_options(model: type[BaseModel], values: dict[str, Any], what: str) 
 
 
 def reject_connector_options(opts: StreamOptions, external: bool) -> None:
-    if external or opts.kafka_topic or opts.connector:
+    """An internal stream (stored by StreamDB, written by INSERT) takes no connector options."""
+    if not external and (opts.kafka_topic or opts.connector):
         raise FeatureNotSupported(
-            "external streams (connector, kafka_topic) are not yet supported",
-            hint="create an internal stream without EXTERNAL, kafka_topic and connector",
-        )
+            "a stream with a connector or kafka_topic reads from outside: declare it EXTERNAL",
+            hint="CREATE EXTERNAL STREAM name (...) WITH (connector = '...', kafka_topic = '...')")
+    if not external and opts.value_format != "json":
+        raise FeatureNotSupported("an internal stream stores JSON (format = 'json'); other formats are for "
+                                  "EXTERNAL streams")
 
 
 __all__ = ["StreamOptions", "TableOptions", "property_values", "validate_options",

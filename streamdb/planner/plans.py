@@ -73,10 +73,36 @@ class CreateRelationPlan(Plan):
     relation: RelationDef
     if_not_exists: bool = False
     or_replace: bool = False
+    # Created in the same commit: an external stream's dead-letter stream.
+    companions: tuple[RelationDef, ...] = ()
 
     def explain(self) -> str:
         cols = ", ".join(f"{c.name} {c.type.name}" for c in self.relation.columns) or "schemaless JSON"
         return f"Create {self.relation.kind} {self.relation.name} ({cols})"
+
+
+@dataclass(frozen=True)
+class CreateObjectPlan(Plan):
+    """CREATE ... CONNECTOR / CREATE SINK: a catalog object that is not a relation."""
+
+    obj: RelationDef
+    if_not_exists: bool = False
+
+    def explain(self) -> str:
+        opts = ", ".join(f"{k}" for k, _ in self.obj.options)
+        return f"Create {self.obj.kind} {self.obj.name} (options: {opts})"
+
+
+@dataclass(frozen=True)
+class DropObjectPlan(Plan):
+    kind: str  # 'connector' | 'sink'
+    names: tuple[str, ...]
+    if_exists: bool = False
+    cascade: bool = False
+    direction: str | None = None  # DROP SOURCE CONNECTOR / DROP SINK CONNECTOR
+
+    def explain(self) -> str:
+        return f"Drop {self.kind} {', '.join(self.names)}"
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,17 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from streamdb.catalog import CatalogSnapshot, RelationDef
+from streamdb.catalog import OBJECT_KINDS, CatalogSnapshot, RelationDef
 from streamdb.storage.base import Commit, Storage
 
 CATALOG = "catalog"
 META = "meta"
 META_KEY = b"catalog"
+OBJECT_PREFIX = b"\x00object:"  # connectors and sinks: b"\x00object:<kind>:<name>"
+
+
+def _key(rel: RelationDef) -> bytes:
+    return OBJECT_PREFIX + f"{rel.kind}:{rel.name}".encode() if rel.kind in OBJECT_KINDS else rel.name.encode()
 FORMAT_VERSION = 1
 
 
@@ -23,14 +28,18 @@ class CatalogStore:
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
         relations: dict[str, RelationDef] = {}
+        objects: dict[str, RelationDef] = {}
         with storage.snapshot() as snap:
             meta_raw = snap.get(META, META_KEY)
             for key, value in snap.scan(CATALOG):
                 rel = RelationDef.from_json(json.loads(value))
-                relations[key.decode()] = rel
+                if key.startswith(OBJECT_PREFIX):
+                    objects[key[len(OBJECT_PREFIX):].decode()] = rel
+                else:
+                    relations[key.decode()] = rel
         meta = json.loads(meta_raw) if meta_raw else {"next_id": 1, "version": 0, "format": FORMAT_VERSION}
         self._next_id: int = meta["next_id"]
-        self._snapshot = CatalogSnapshot(meta["version"], relations)
+        self._snapshot = CatalogSnapshot(meta["version"], relations, objects)
 
     def snapshot(self) -> CatalogSnapshot:
         return self._snapshot
@@ -45,10 +54,21 @@ class CatalogStore:
         commit = Commit()
         next_id = self._next_id
         relations = dict(self._snapshot.relations)
+        objects = dict(self._snapshot.objects)
         added = []
+
+        def place(rel: RelationDef) -> dict[str, RelationDef]:
+            return objects if rel.kind in OBJECT_KINDS else relations
+
+        def name_in(rel: RelationDef) -> str:
+            return f"{rel.kind}:{rel.name}" if rel.kind in OBJECT_KINDS else rel.name
+
         for rel in remove:
-            relations.pop(rel.name, None)
-            commit.deletes.append((CATALOG, rel.name.encode()))
+            place(rel).pop(name_in(rel), None)
+            commit.deletes.append((CATALOG, _key(rel)))
+            if rel.kind in OBJECT_KINDS:
+                commit.deletes.append((META, f"sink:{rel.id}".encode()))  # a sink's progress, if any
+                continue
             commit.deletes.append((META, f"view:{rel.id}".encode()))  # a view's progress, if any
             commit.deletes.append((META, f"wm:{rel.id}".encode()))  # a stream's watermark, if any
             commit.drop_relations.append(rel.id)
@@ -57,16 +77,17 @@ class CatalogStore:
                 rel = replace(rel, id=next_id)
                 next_id += 1
             added.append(rel)
-            relations[rel.name] = rel
-            commit.puts.append((CATALOG, rel.name.encode(), json.dumps(rel.to_json()).encode()))
+            place(rel)[name_in(rel)] = rel
+            commit.puts.append((CATALOG, _key(rel), json.dumps(rel.to_json()).encode()))
         for rel in update:
-            relations[rel.name] = rel
-            commit.puts.append((CATALOG, rel.name.encode(), json.dumps(rel.to_json()).encode()))
+            place(rel)[name_in(rel)] = rel
+            commit.puts.append((CATALOG, _key(rel), json.dumps(rel.to_json()).encode()))
         version = self._snapshot.version + 1
         commit.puts.append(self._meta_put(version, next_id))
-        return commit, added, CatalogSnapshot(version, relations)
+        return commit, added, CatalogSnapshot(version, relations, objects)
 
     def applied(self, snapshot: CatalogSnapshot) -> None:
         """Install the snapshot of a change whose commit is durable."""
-        self._next_id = max(self._next_id, max((r.id for r in snapshot.relations.values()), default=0) + 1)
+        self._next_id = max(self._next_id, max((r.id for r in (*snapshot.relations.values(),
+                                                               *snapshot.objects.values())), default=0) + 1)
         self._snapshot = snapshot

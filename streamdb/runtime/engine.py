@@ -36,6 +36,9 @@ class Engine:
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.sessions: dict[int, object] = {}
         self.views = ViewMaintainer(self)
+        from streamdb.runtime.connectors.manager import SourceManager
+
+        self.sources = SourceManager(self)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.spark = None
         if settings.spark_enabled:
@@ -60,8 +63,19 @@ class Engine:
 
             threading.Thread(target=open_gate, name="embedded-gate", daemon=True).start()
         self.views.start()
+        self.sources.sync()
         log.info("catalog version %d with %d relations", self.catalog.snapshot().version,
                  len(self.catalog.snapshot().relations))
+
+    def sync_connectors(self) -> None:
+        """After DDL: sources for new external streams start, those of dropped ones stop."""
+        self.sources.sync()
+
+    def file_root(self) -> Path:
+        """Where FILE connectors may read and write: nothing outside it."""
+        root = self.settings.file_root or Path(self.settings.data_dir) / "files"
+        root.mkdir(parents=True, exist_ok=True)
+        return root.resolve()
 
     def table_lock(self, rel_id: int) -> asyncio.Lock:
         lock = self._table_locks.get(rel_id)

@@ -183,24 +183,40 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
         commit.appends.extend(_stream_appends(rel, payload_rows, rowtimes, [None] * len(events)))
     else:
         full_rows, rowtimes = build_rows(rel, names, rows, rowtime_given)
+        return await append_rows(engine, rel, full_rows, rowtimes)
+    await engine.storage.commit_async(commit)
+    engine.notify_write(rel.id)
+    return len(rows)
+
+
+async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[Any, ...]],
+                      rowtimes: list[dt.datetime], extra: Commit | None = None) -> int:
+    """Append complete rows (column order, coerced) to a typed stream, in one atomic commit with
+    `extra` (a source's consumed offsets and dead letters, say)."""
+    commit = Commit()
+    if extra is not None:
+        commit.appends.extend(extra.appends)
+        commit.puts.extend(extra.puts)
+        commit.deletes.extend(extra.deletes)
+    if full_rows:
         keys: list[bytes | None] | None = None
         if rel.key_columns:
             idx = [rel.column_names().index(k) for k in rel.key_columns]
             keys = [C.key_of(tuple(r[i] for i in idx)) for r in full_rows]
         commit.appends.extend(_stream_appends(rel, full_rows, rowtimes, keys or [None] * len(full_rows)))
-        delay = delay_of(rel)
-        if delay is not None:
-            # The watermark moves with the events that move it, in the same commit.
-            async with engine.table_lock(rel.id):
-                state = engine.watermarks.state(rel.id).advanced(rowtimes, delay)
-                commit.puts.append(engine.watermarks.put(rel.id, state))
-                await engine.storage.commit_async(commit)
-                engine.watermarks.installed(rel.id, state)
-            engine.notify_write(rel.id)
-            return len(rows)
-    await engine.storage.commit_async(commit)
-    engine.notify_write(rel.id)
-    return len(rows)
+    delay = delay_of(rel)
+    if delay is not None and full_rows:
+        # The watermark moves with the events that move it, in the same commit.
+        async with engine.table_lock(rel.id):
+            state = engine.watermarks.state(rel.id).advanced(rowtimes, delay)
+            commit.puts.append(engine.watermarks.put(rel.id, state))
+            await engine.storage.commit_async(commit)
+            engine.watermarks.installed(rel.id, state)
+    else:
+        await engine.storage.commit_async(commit)
+    for rel_id in {a.relation_id for a in commit.appends}:
+        engine.notify_write(rel_id)
+    return len(full_rows)
 
 
 def _stream_appends(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[dt.datetime],

@@ -173,3 +173,77 @@ class EmitOnWindowClose(exp.Expression):
     closed, each emitted once and final. `this` is the query."""
 
     arg_types = {"this": True}
+
+
+# ---- connectors, sources and sinks ---------------------------------------------------------
+# Connector names are not relations (no schema): an exp.Identifier, except inside exp.Drop's
+# `tables`, which holds exp.Table nodes for every kind. Word-valued args (direction, kind, format,
+# encode) are plain strings.
+
+
+class CreateConnector(exp.Expression):
+    """CREATE {SOURCE | SINK} CONNECTOR [IF NOT EXISTS] name kind WITH (prop = value, ...).
+    `kind` is upper-case: 'KAFKA' | 'FILE' for sources, 'KAFKA' | 'POSTGRES' | 'FILE' for sinks."""
+
+    arg_types = {
+        "this": True,  # exp.Identifier
+        "direction": True,  # 'source' | 'sink'
+        "kind": True,
+        "properties": True,  # list[exp.Property]
+        "exists": False,  # IF NOT EXISTS
+    }
+
+
+class SourceInclude(exp.Expression):
+    """INCLUDE KEY | TIMESTAMP | PARTITION | OFFSET | PAYLOAD | HEADER ['name' [type]] [AS alias],
+    RisingWave's extra columns from the message's metadata. `this` is the upper-case word,
+    `expression` the header name literal, `kind` its exp.DataType, `alias` an exp.Identifier."""
+
+    arg_types = {"this": True, "expression": False, "kind": False, "alias": False}
+
+
+class CreateSource(exp.Expression):
+    """RisingWave's CREATE SOURCE [IF NOT EXISTS] name [(col type [KEY|...], ..., [PRIMARY KEY (cols)],
+    [WATERMARK FOR ...])] [INCLUDE ...]... WITH (prop = value, ...)
+    [FORMAT f ENCODE e [(prop = value, ...)]]. Property names keep their dots
+    (properties.bootstrap.server). `format` / `encode` are upper-case ('PLAIN', 'JSON')."""
+
+    arg_types = {
+        "this": True,  # exp.Table
+        "columns": False,  # list[exp.ColumnDef], as CreateStream's
+        "primary_key": False,  # exp.PrimaryKey (table-level PRIMARY KEY (a, b))
+        "watermark": False,  # StreamWatermark
+        "includes": False,  # list[SourceInclude]
+        "properties": True,  # list[exp.Property]
+        "format": False,  # 'PLAIN' | 'UPSERT' | 'DEBEZIUM' | ...
+        "encode": False,  # 'JSON' | 'CSV' | 'AVRO' | 'BYTES' | ...; present iff format is
+        "encode_properties": False,  # list[exp.Property] of ENCODE e (...)
+        "exists": False,  # IF NOT EXISTS
+    }
+
+
+class CreateSink(exp.Expression):
+    """CREATE SINK [IF NOT EXISTS] name {FROM relation | AS query} [INTO connector]
+    [WITH (prop = value, ...)] [FORMAT f ENCODE e [(prop = value, ...)]]. Exactly one of `source`
+    and `expression`; at least one of `connector` and `properties` (RisingWave's form names its
+    connector in the options: WITH (connector = 'kafka', ...))."""
+
+    arg_types = {
+        "this": True,  # exp.Table
+        "source": False,  # exp.Table: FROM relation
+        "expression": False,  # AS query
+        "connector": False,  # exp.Identifier: INTO connector
+        "properties": False,  # list[exp.Property]
+        "format": False,
+        "encode": False,
+        "encode_properties": False,
+        "exists": False,  # IF NOT EXISTS
+    }
+
+
+class DropConnector(exp.Drop):
+    """DROP [SOURCE | SINK] CONNECTOR [IF EXISTS] name, ... [CASCADE | RESTRICT]: an exp.Drop with
+    kind 'CONNECTOR' whose `direction` ('source' | 'sink', absent for DROP CONNECTOR) keeps the
+    qualifier. The names are exp.Table nodes in `tables`, as for every DROP."""
+
+    arg_types = {**exp.Drop.arg_types, "direction": False}

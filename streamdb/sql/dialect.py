@@ -8,7 +8,8 @@ of streamdb/sql/ast.py (see that module for what each arg holds).
 Representation notes for the planner:
 - DROP ... is sqlglot's exp.Drop: the names are in `tables` (a list of exp.Table), `kind` is the
   upper-case kind ('STREAM', 'TABLE', 'VIEW', 'SOURCE', 'SINK'), and - as sqlglot does it -
-  DROP MATERIALIZED VIEW is kind='VIEW' with materialized=True.
+  DROP MATERIALIZED VIEW is kind='VIEW' with materialized=True. DROP [SOURCE | SINK] CONNECTOR is
+  ast.DropConnector, an exp.Drop subclass with kind='CONNECTOR' and direction 'source' | 'sink'.
 - CREATE MATERIALIZED VIEW is sqlglot's exp.Create kind='VIEW' with an exp.MaterializedProperty.
 - OPERATOR(pg_catalog.~) and friends parse into the node the bare operator gives (exp.RegexpLike
   for ~), so the planner sees one shape for psql's catalog queries.
@@ -55,6 +56,16 @@ SHOW_CREATE_KINDS = (
 )
 # DROP kinds sqlglot does not know; the others go through sqlglot's own DROP parser.
 STREAMING_DROP_KINDS = ("STREAM", "SOURCE", "SINK")
+# CREATE {SOURCE | SINK} CONNECTOR name <kind>: the connector kinds each direction has.
+CONNECTOR_KINDS = {"source": ("KAFKA", "FILE"), "sink": ("KAFKA", "POSTGRES", "FILE")}
+# After SOURCE / SINK, CONNECTOR is our keyword when a name (or IF) follows it; followed by one
+# of these (or by punctuation, or nothing) it is the name of a source or sink called connector.
+AFTER_SOURCE_OR_SINK_NAME = {"FROM", "AS", "INTO", "WITH", "INCLUDE", "FORMAT", "CASCADE", "RESTRICT"}
+# RisingWave's FORMAT <format> ENCODE <encoding> [(options)] of CREATE SOURCE / CREATE SINK.
+SOURCE_FORMATS = ("PLAIN", "UPSERT", "DEBEZIUM", "DEBEZIUM_MONGO", "MAXWELL", "CANAL")
+SOURCE_ENCODINGS = ("JSON", "AVRO", "PROTOBUF", "CSV", "BYTES", "PARQUET", "TEXT")
+# RisingWave's INCLUDE <what> [AS name] of CREATE SOURCE.
+SOURCE_INCLUDES = ("KEY", "TIMESTAMP", "PARTITION", "OFFSET", "HEADER", "PAYLOAD")
 # Multi-word setting names Postgres spells with spaces (SHOW/SET/RESET TIME ZONE, ...).
 SPACED_SETTING_NAMES = (
     (("TIME", "ZONE"), "timezone"),
@@ -235,6 +246,8 @@ class StreamDB(Postgres):
             super().reset()
             # Nesting of _parse_statement: EMIT CHANGES and SELECT STREAM are settled at depth 0.
             self._statement_depth = 0
+            # Inside CREATE SINK ... AS <query>, whose WITH (...) follows the query.
+            self._in_sink_query = False
 
         # ---- errors -------------------------------------------------------------------
 
@@ -314,6 +327,13 @@ class StreamDB(Postgres):
             if self._at_emit_changes():
                 return this
             return super()._parse_alias(this, explicit)
+
+        def _parse_table_hints(self) -> list[exp.Expr] | None:
+            # `FROM t WITH (...)` would be T-SQL table hints; after a sink's query it is the sink's
+            # own options (CREATE SINK s AS SELECT * FROM t WITH (connector = 'kafka')).
+            if self._in_sink_query and self._match_pair(TokenType.WITH, TokenType.L_PAREN, advance=False):
+                return None
+            return super()._parse_table_hints()
 
         # ---- SELECT STREAM -----------------------------------------------------------------
 
@@ -674,6 +694,14 @@ class StreamDB(Postgres):
             external = self._match_text_seq("EXTERNAL")
             if self._match_text_seq("STREAM"):
                 return self._parse_create_stream(replace, external)
+            if (replace or external) and self._curr.text.upper() in ("SOURCE", "SINK"):
+                self.raise_error("Sources and sinks have no OR REPLACE or EXTERNAL")
+            if self._match_texts(("SOURCE", "SINK")):
+                direction = self._prev.text.lower()
+                if self._at_connector_keyword():
+                    self._advance()
+                    return self._parse_create_connector(direction)
+                return self._parse_create_source() if direction == "source" else self._parse_create_sink()
             if not external and self._match(TokenType.TABLE):
                 table = self._try_watermarked_table(replace)
                 if table is not None:
@@ -707,21 +735,7 @@ class StreamDB(Postgres):
         def _parse_create_stream(self, replace: bool, external: bool) -> exp.Expr:
             exists = self._parse_exists(not_=True)
             name = self._parse_table_parts(schema=True)
-            columns: list[exp.Expr] | None = None
-            watermark: exp.Expr | None = None
-            if self._match(TokenType.L_PAREN):
-                columns = []
-                while True:
-                    element_start = self._curr
-                    if self._match_text_seq("WATERMARK", "FOR"):
-                        if watermark is not None:
-                            self.raise_error("Only one WATERMARK per stream", element_start)
-                        watermark = self._parse_watermark()
-                    else:
-                        columns.append(self._parse_stream_column())
-                    if not self._match(TokenType.COMMA):
-                        break
-                self._match_r_paren()
+            columns, watermark, _ = self._parse_stream_elements(source=False)
             properties = None
             if self._match(TokenType.WITH):
                 properties = self._parse_wrapped_csv(self._parse_stream_property)
@@ -744,6 +758,36 @@ class StreamDB(Postgres):
                     expression=query,
                 )
             )
+
+        def _parse_stream_elements(
+            self, source: bool
+        ) -> tuple[list[exp.Expr] | None, exp.Expr | None, exp.Expr | None]:
+            """The optional `(col type ..., WATERMARK FOR ...)` list of a stream or source:
+            (columns or None, watermark, primary key). A source's list (RisingWave's grammar) may
+            also hold a table-level PRIMARY KEY (cols) and end with a trailing comma."""
+            columns: list[exp.Expr] = []
+            watermark: exp.Expr | None = None
+            primary_key: exp.Expr | None = None
+            if not self._match(TokenType.L_PAREN):
+                return None, None, None
+            while True:
+                element_start = self._curr
+                if self._match_text_seq("WATERMARK", "FOR"):
+                    if watermark is not None:
+                        self.raise_error("Only one WATERMARK per stream", element_start)
+                    watermark = self._parse_watermark()
+                elif source and self._match(TokenType.PRIMARY_KEY):
+                    if primary_key is not None or not self._match(TokenType.L_PAREN, advance=False):
+                        self.raise_error("Expected one PRIMARY KEY (columns)", element_start)
+                    primary_key = self._parse_primary_key()
+                else:
+                    columns.append(self._parse_stream_column())
+                if not self._match(TokenType.COMMA):
+                    break
+                if source and self._match(TokenType.R_PAREN, advance=False):
+                    break  # RisingWave accepts `(a INT, b INT,)`
+            self._match_r_paren()
+            return columns or None, watermark, primary_key
 
         def _parse_watermark(self) -> exp.Expr:
             column = self._parse_id_var(any_token=False)
@@ -807,18 +851,164 @@ class StreamDB(Postgres):
                 return exp.false()
             if self._match(TokenType.NULL):
                 return exp.null()
-            # 'x', "x" (ksqlDB users write FORMAT = "JSON") and bare words (json) are strings.
-            if self._match(TokenType.STRING) or self._parse_word():
+            # 'x', E'x', $$x$$, "x" (ksqlDB users write FORMAT = "JSON") and bare words (json) are
+            # strings.
+            strings = (TokenType.STRING, TokenType.BYTE_STRING, TokenType.HEREDOC_STRING)
+            if self._match_set(strings) or self._parse_word():
                 return exp.Literal.string(self._prev.text)
             self.raise_error("Expected a property value")
             raise AssertionError("unreachable")
 
+        # ---- connectors, sources and sinks ------------------------------------------------------
+
+        def _at_connector_keyword(self) -> bool:
+            """After SOURCE / SINK: is the current word the CONNECTOR keyword (a name or IF follows
+            it) rather than the name of a source or sink called connector?"""
+            curr, after = self._curr, self._next
+            if not curr or not after or curr.token_type == TokenType.IDENTIFIER:
+                return False
+            if curr.text.upper() != "CONNECTOR":
+                return False
+            return after.token_type == TokenType.IDENTIFIER or (
+                _is_word(after) and after.text.upper() not in AFTER_SOURCE_OR_SINK_NAME
+            )
+
+        def _parse_connector_name(self) -> exp.Identifier:
+            name = self._parse_id_var(any_token=False)
+            if not isinstance(name, exp.Identifier):
+                self.raise_error("Expected a connector name")
+                raise AssertionError("unreachable")
+            return name
+
+        def _parse_with_properties(self, required: bool) -> list[exp.Expr] | None:
+            if self._match(TokenType.WITH):
+                return self._parse_wrapped_csv(self._parse_stream_property)
+            if required:
+                self.raise_error("Expected WITH")
+            return None
+
+        def _parse_create_connector(self, direction: str) -> exp.Expr:
+            exists = self._parse_exists(not_=True)
+            name = self._parse_connector_name()
+            if not self._match_texts(CONNECTOR_KINDS[direction]):
+                self.raise_error(f"Expected a {direction} connector kind")
+            kind = self._prev.text.upper()
+            return self.expression(
+                ast.CreateConnector(
+                    this=name,
+                    direction=direction,
+                    kind=kind,
+                    properties=self._parse_with_properties(required=True),
+                    exists=exists or None,
+                )
+            )
+
+        def _parse_create_source(self) -> exp.Expr:
+            exists = self._parse_exists(not_=True)
+            name = self._parse_table_parts(schema=True)
+            columns, watermark, primary_key = self._parse_stream_elements(source=True)
+            includes = []
+            while self._match_text_seq("INCLUDE"):
+                includes.append(self._parse_source_include())
+            properties = self._parse_with_properties(required=True)
+            format_, encode, encode_properties = self._parse_format_encode()
+            return self.expression(
+                ast.CreateSource(
+                    this=name,
+                    columns=columns,
+                    primary_key=primary_key,
+                    watermark=watermark,
+                    includes=includes or None,
+                    properties=properties,
+                    format=format_,
+                    encode=encode,
+                    encode_properties=encode_properties,
+                    exists=exists or None,
+                )
+            )
+
+        def _parse_source_include(self) -> exp.Expr:
+            if not self._match_texts(SOURCE_INCLUDES):
+                self.raise_error("Expected what to INCLUDE")
+            what = self._prev.text.upper()
+            header: exp.Expr | None = None
+            kind: exp.Expr | None = None
+            if what == "HEADER" and self._match(TokenType.STRING):
+                # INCLUDE HEADER 'trace_id' [VARCHAR]: one header, as bytea unless a type follows.
+                header = exp.Literal.string(self._prev.text)
+                if not self._match(TokenType.ALIAS, advance=False):
+                    kind = self._parse_types(check_func=False, schema=True, allow_identifiers=False)
+            alias = None
+            if self._match(TokenType.ALIAS):
+                alias = self._parse_id_var(any_token=False)
+                if alias is None:
+                    self.raise_error("Expected a column name")
+            return self.expression(
+                ast.SourceInclude(this=what, expression=header, kind=kind, alias=alias)
+            )
+
+        def _parse_format_encode(self) -> tuple[str | None, str | None, list[exp.Expr] | None]:
+            """[FORMAT f ENCODE e [(prop = value, ...)]] -> (format, encode, encode properties)."""
+            if not self._match_text_seq("FORMAT"):
+                return None, None, None
+            if not self._match_texts(SOURCE_FORMATS):
+                self.raise_error("Expected a format")
+            format_ = self._prev.text.upper()
+            if not self._match_text_seq("ENCODE"):
+                self.raise_error("Expected ENCODE")
+            if not self._match_texts(SOURCE_ENCODINGS):
+                self.raise_error("Expected an encoding")
+            encode = self._prev.text.upper()
+            properties = None
+            if self._match(TokenType.L_PAREN, advance=False):
+                properties = self._parse_wrapped_csv(self._parse_stream_property)
+            return format_, encode, properties
+
+        def _parse_create_sink(self) -> exp.Expr:
+            exists = self._parse_exists(not_=True)
+            name = self._parse_table_parts(schema=True)
+            source: exp.Expr | None = None
+            query: exp.Expr | None = None
+            if self._match(TokenType.FROM):
+                source = self._parse_table_parts(schema=True)
+            elif self._match(TokenType.ALIAS):
+                self._in_sink_query = True
+                try:
+                    query = self._parse_ddl_select()
+                finally:
+                    self._in_sink_query = False
+                if query is None:
+                    self.raise_error("Expected a query after AS")
+            else:
+                self.raise_error("Expected FROM or AS")
+            connector = self._parse_connector_name() if self._match(TokenType.INTO) else None
+            properties = self._parse_with_properties(required=connector is None)
+            format_, encode, encode_properties = self._parse_format_encode()
+            return self.expression(
+                ast.CreateSink(
+                    this=name,
+                    source=source,
+                    expression=query,
+                    connector=connector,
+                    properties=properties,
+                    format=format_,
+                    encode=encode,
+                    encode_properties=encode_properties,
+                    exists=exists or None,
+                )
+            )
+
         # ---- DROP ----------------------------------------------------------------------------
 
         def _parse_drop_statement(self) -> exp.Expr:
+            if self._match_text_seq("CONNECTOR"):
+                return self._parse_drop_connector(None)
             if not self._match_texts(STREAMING_DROP_KINDS):
                 return self._parse_drop()
             kind = self._prev.text.upper()
+            if kind in ("SOURCE", "SINK") and self._at_connector_keyword():
+                self._advance()
+                return self._parse_drop_connector(kind.lower())
             exists = self._parse_exists()
             tables = self._parse_csv(lambda: self._parse_table_parts(schema=True))
             cascade = self._match_text_seq("CASCADE")
@@ -827,6 +1017,22 @@ class StreamDB(Postgres):
                 exp.Drop(
                     kind=kind,
                     tables=tables,
+                    exists=exists or None,
+                    cascade=cascade or None,
+                    restrict=restrict or None,
+                )
+            )
+
+        def _parse_drop_connector(self, direction: str | None) -> exp.Expr:
+            exists = self._parse_exists()
+            names = self._parse_csv(lambda: exp.Table(this=self._parse_connector_name()))
+            cascade = self._match_text_seq("CASCADE")
+            restrict = not cascade and self._match_text_seq("RESTRICT")
+            return self.expression(
+                ast.DropConnector(
+                    kind="CONNECTOR",
+                    direction=direction,
+                    tables=names,
                     exists=exists or None,
                     cascade=cascade or None,
                     restrict=restrict or None,
@@ -1006,6 +1212,11 @@ class StreamDB(Postgres):
             ast.DeclareCursor: lambda self, e: f"DECLARE {self.sql(e, 'this')} CURSOR FOR {self.sql(e, 'expression')}",
             ast.FetchCursor: lambda self, e: self.fetchcursor_sql(e),
             ast.CloseCursor: lambda self, e: f"CLOSE {e.this.name if isinstance(e.this, exp.Literal) else self.sql(e, 'this')}",
+            ast.CreateConnector: lambda self, e: self.createconnector_sql(e),
+            ast.CreateSource: lambda self, e: self.createsource_sql(e),
+            ast.SourceInclude: lambda self, e: self.sourceinclude_sql(e),
+            ast.CreateSink: lambda self, e: self.createsink_sql(e),
+            ast.DropConnector: lambda self, e: self.dropconnector_sql(e),
         }
 
         def subscribe_sql(self, expression: ast.Subscribe) -> str:
@@ -1048,7 +1259,75 @@ class StreamDB(Postgres):
             return " ".join(parts)
 
         def stream_properties_sql(self, properties: list[exp.Expr]) -> str:
-            return ", ".join(f"{p.name} = {self.sql(p, 'value')}" for p in properties)
+            return ", ".join(f"{self.property_name_sql(p.name)} = {self.sql(p, 'value')}" for p in properties)
+
+        def property_name_sql(self, name: str) -> str:
+            """A (dotted) option name as the parser reads it back: words bare, others quoted."""
+            return ".".join(
+                part if _WORD.match(part) else '"' + part.replace('"', '""') + '"' for part in name.split(".")
+            )
+
+        def with_properties_sql(self, expression: exp.Expr, key: str = "properties", keyword: str = "WITH ") -> str:
+            properties = expression.args.get(key)
+            return f" {keyword}({self.stream_properties_sql(properties)})" if properties else ""
+
+        def format_encode_sql(self, expression: exp.Expr) -> str:
+            if not expression.args.get("format"):
+                return ""
+            text = f" FORMAT {expression.args['format']} ENCODE {expression.args['encode']}"
+            return text + self.with_properties_sql(expression, "encode_properties", keyword="")
+
+        def createconnector_sql(self, expression: ast.CreateConnector) -> str:
+            exists = " IF NOT EXISTS" if expression.args.get("exists") else ""
+            direction = str(expression.args["direction"]).upper()
+            name = self.sql(expression, "this")
+            kind = expression.args["kind"]
+            return f"CREATE {direction} CONNECTOR{exists} {name} {kind}{self.with_properties_sql(expression)}"
+
+        def createsource_sql(self, expression: ast.CreateSource) -> str:
+            exists = " IF NOT EXISTS" if expression.args.get("exists") else ""
+            text = f"CREATE SOURCE{exists} {self.sql(expression, 'this')}"
+            elements = [self.sql(c) for c in expression.args.get("columns") or []]
+            for key in ("primary_key", "watermark"):
+                if expression.args.get(key):
+                    elements.append(self.sql(expression, key))
+            if elements:
+                text += f" ({', '.join(elements)})"
+            for include in expression.args.get("includes") or []:
+                text += f" {self.sql(include)}"
+            return text + self.with_properties_sql(expression) + self.format_encode_sql(expression)
+
+        def sourceinclude_sql(self, expression: ast.SourceInclude) -> str:
+            text = f"INCLUDE {expression.this}"
+            for key in ("expression", "kind"):
+                if expression.args.get(key):
+                    text += f" {self.sql(expression, key)}"
+            if expression.args.get("alias"):
+                text += f" AS {self.sql(expression, 'alias')}"
+            return text
+
+        def createsink_sql(self, expression: ast.CreateSink) -> str:
+            exists = " IF NOT EXISTS" if expression.args.get("exists") else ""
+            text = f"CREATE SINK{exists} {self.sql(expression, 'this')}"
+            if expression.args.get("source"):
+                text += f" FROM {self.sql(expression, 'source')}"
+            else:
+                text += f" AS {self.sql(expression, 'expression')}"
+            if expression.args.get("connector"):
+                text += f" INTO {self.sql(expression, 'connector')}"
+            return text + self.with_properties_sql(expression) + self.format_encode_sql(expression)
+
+        def dropconnector_sql(self, expression: ast.DropConnector) -> str:
+            direction = expression.args.get("direction")
+            parts = ["DROP", f"{str(direction).upper()} CONNECTOR" if direction else "CONNECTOR"]
+            if expression.args.get("exists"):
+                parts.append("IF EXISTS")
+            parts.append(self.expressions(expression, key="tables", flat=True))
+            if expression.args.get("cascade"):
+                parts.append("CASCADE")
+            elif expression.args.get("restrict"):
+                parts.append("RESTRICT")
+            return " ".join(parts)
 
         def streamcolumnrole_sql(self, expression: ast.StreamColumnRole) -> str:
             if expression.this == "HEADER":

@@ -57,6 +57,9 @@ STATEMENT_TYPES: tuple[type[exp.Expr], ...] = (
     ast.DeclareCursor,
     ast.FetchCursor,
     ast.CloseCursor,
+    ast.CreateConnector,
+    ast.CreateSource,
+    ast.CreateSink,
 )
 
 

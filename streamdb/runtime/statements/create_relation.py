@@ -33,12 +33,19 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
                 remove = [existing]
             else:
                 raise DuplicateTable(f'relation "{rel.name}" already exists')
-        commit, _added, snapshot = engine.catalog.plan_change(add=[rel], remove=remove)
+        companions = list(getattr(plan, "companions", ()))
+        for c in companions:
+            if engine.catalog.snapshot().get(c.name) is not None:
+                raise DuplicateTable(f'relation "{c.name}" already exists',
+                                     detail=f'"{rel.name}" keeps its bad records in a stream of that name.')
+        commit, _added, snapshot = engine.catalog.plan_change(add=[rel, *companions], remove=remove)
         await engine.storage.commit_async(commit)
         engine.catalog.applied(snapshot)
         for old in remove:
             engine.reader.forget(old.id)
             engine.watermarks.forget(old.id)
+    if companions or remove:
+        engine.sync_connectors()
     if rel.kind == "materialized_view":
         return await _hydrate(ctx, rel.name, tag)
     return ExecutionResult(tag)

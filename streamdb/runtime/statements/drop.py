@@ -28,11 +28,19 @@ async def execute(plan: DropPlan, ctx: ExecContext) -> ExecutionResult:
                 raise WrongObjectType(f'"{name}" is not a {plan.kind.replace("_", " ")}',
                                       hint=f"Use DROP {_WORD[rel.shown_kind]} to remove a "
                                            f"{rel.shown_kind.replace('_', ' ')}.")
+            owner = dict(rel.extra).get("dead_letters_of")
+            if owner and catalog.get(str(owner)) is not None and str(owner) not in plan.names:
+                raise DependentObjectsStillExist(
+                    f'stream {name} holds the bad records of external stream {owner}',
+                    hint=f"It is dropped with {owner}: DROP STREAM {owner}.")
             pending = [rel]
             while pending:
                 r = pending.pop()
                 if r.id in to_drop:
                     continue
+                errors = dict(r.extra).get("dead_letters")
+                if errors and (companion := catalog.get(str(errors))) is not None:
+                    to_drop[companion.id] = companion
                 deps = [d for d in catalog.dependents(r.id) if d.id not in to_drop]
                 if deps and not plan.cascade:
                     raise DependentObjectsStillExist(
@@ -49,4 +57,5 @@ async def execute(plan: DropPlan, ctx: ExecContext) -> ExecutionResult:
             for rel_id in to_drop:
                 engine.reader.forget(rel_id)
                 engine.watermarks.forget(rel_id)
+    engine.sync_connectors()
     return ExecutionResult(f"DROP {_WORD[plan.kind]}", notices=notices)

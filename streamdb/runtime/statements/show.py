@@ -14,9 +14,48 @@ from streamdb.runtime.watermarks import delay_of
 _KIND_FOR = {"STREAMS": "stream", "TABLES": "table", "VIEWS": "view", "MATERIALIZED VIEWS": "materialized_view"}
 
 
+def _connector_rows(ctx: ExecContext, kind: str) -> list[tuple[object, ...]]:
+    catalog = ctx.engine.catalog.snapshot()
+    rows: list[tuple[object, ...]] = []
+    if kind == "CONNECTORS":
+        from streamdb.planner.connectors import MASK, is_secret
+
+        for c in catalog.objects_of("connector"):
+            opts = dict(c.options)
+            shown = ", ".join(f"{k} = '{MASK if is_secret(k) else v}'" for k, v in sorted(opts.items())
+                              if k not in ("type", "direction"))
+            rows.append((c.name, opts.get("direction"), opts.get("type"), shown))
+        return rows
+    if kind == "SOURCES":
+        for r in sorted(catalog.relations.values(), key=lambda r: r.name):
+            extra = dict(r.extra)
+            if not extra.get("external"):
+                continue
+            opts = dict(r.options)
+            conn = catalog.object_by_id(r.depends_on[0]) if r.depends_on else None
+            origin = opts.get("kafka_topic") if extra["external"] == "kafka" else dict(conn.options).get("path") \
+                if conn is not None else None
+            st = ctx.engine.sources.status(r.id)
+            failed = ctx.engine.sources.failed.get(r.id)
+            rows.append((r.name, conn.name if conn is not None else None, origin, r.value_format,
+                         "failed" if failed else (st.state if st else "stopped"),
+                         st.records if st else 0, st.bad_records if st else 0, extra.get("dead_letters"),
+                         failed or (st.last_error if st else None)))
+        return rows
+    for sink in catalog.objects_of("sink"):
+        opts = dict(sink.options)
+        st = ctx.engine.sinks.status(sink.id) if hasattr(ctx.engine, "sinks") else None
+        rows.append((sink.name, opts.get("from"), opts.get("connector"), st.state if st else "stopped",
+                     st.changes if st else 0, st.last_error if st else None))
+    return rows
+
+
 async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionResult:
     rels = sorted(ctx.engine.catalog.snapshot().relations.values(), key=lambda r: r.name)
     rows: list[tuple[object, ...]]
+    if plan.kind in ("CONNECTORS", "SOURCES", "SINKS"):
+        rows = _connector_rows(ctx, plan.kind)
+        return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "QUERIES":
         rows = []
         views = ctx.engine.views

@@ -1,0 +1,95 @@
+"""CREATE / DROP of connectors and sinks: catalog objects that are not relations."""
+
+from __future__ import annotations
+
+from streamdb.catalog import CatalogSnapshot, RelationDef
+from streamdb.errors import (
+    DependentObjectsStillExist,
+    DuplicateObject,
+    Notice,
+    UndefinedObject,
+    WrongObjectType,
+)
+from streamdb.planner.connectors import refuse_file_properties
+from streamdb.planner.plans import CreateObjectPlan, DropObjectPlan
+from streamdb.runtime.api import ExecutionResult
+from streamdb.runtime.statements.context import ExecContext
+
+
+def _tag(kind: str, direction: str | None) -> str:
+    if kind == "connector":
+        return f"{direction.upper()} CONNECTOR" if direction else "CONNECTOR"
+    return kind.upper()
+
+
+async def create(plan: CreateObjectPlan, ctx: ExecContext) -> ExecutionResult:
+    engine = ctx.engine
+    obj = plan.obj
+    direction = dict(obj.options).get("direction")
+    tag = f"CREATE {_tag(obj.kind, direction)}"
+    if obj.kind == "connector" and not engine.settings.allow_kafka_file_properties:
+        refuse_file_properties(obj.options)
+    async with engine.ddl_lock:
+        if engine.catalog.snapshot().object(obj.kind, obj.name) is not None:
+            if plan.if_not_exists:
+                return ExecutionResult(tag, notices=[Notice(f'{obj.kind} "{obj.name}" already exists, skipping',
+                                                            sqlstate="42710")])
+            raise DuplicateObject(f'{obj.kind} "{obj.name}" already exists')
+        commit, _, snapshot = engine.catalog.plan_change(add=[obj])
+        await engine.storage.commit_async(commit)
+        engine.catalog.applied(snapshot)
+    engine.sync_connectors()
+    return ExecutionResult(tag)
+
+
+async def drop(plan: DropObjectPlan, ctx: ExecContext) -> ExecutionResult:
+    engine = ctx.engine
+    notices = []
+    async with engine.ddl_lock:
+        catalog = engine.catalog.snapshot()
+        remove = []
+        for name in plan.names:
+            obj = catalog.object(plan.kind, name)
+            if obj is None:
+                if plan.if_exists:
+                    notices.append(Notice(f'{plan.kind} "{name}" does not exist, skipping'))
+                    continue
+                raise UndefinedObject(f'{plan.kind} "{name}" does not exist')
+            direction = dict(obj.options).get("direction")
+            if plan.direction and direction != plan.direction:
+                raise WrongObjectType(f'"{name}" is a {direction} connector, not a {plan.direction} connector')
+            dependents = catalog.dependents(obj.id)
+            if dependents and not plan.cascade:
+                raise DependentObjectsStillExist(
+                    f'cannot drop {plan.kind} {name} because other objects depend on it',
+                    detail="\n".join(f"{d.shown_kind.replace('_', ' ')} {d.name} depends on {plan.kind} {name}"
+                                     for d in dependents),
+                    hint="Use DROP ... CASCADE to drop the dependent objects too.")
+            remove.append(obj)
+            remove.extend(_with_dependents(catalog, dependents))
+        if remove:
+            unique = list({r.id: r for r in remove}.values())
+            commit, _, snapshot = engine.catalog.plan_change(remove=unique)
+            await engine.storage.commit_async(commit)
+            engine.catalog.applied(snapshot)
+            for r in unique:
+                engine.reader.forget(r.id)
+                engine.watermarks.forget(r.id)
+    engine.sync_connectors()
+    return ExecutionResult(f"DROP {_tag(plan.kind, plan.direction)}", notices=notices)
+
+
+def _with_dependents(catalog: CatalogSnapshot, rels: list[RelationDef]) -> list[RelationDef]:
+    """Relations and sinks depending on these, transitively, with external streams' dead letters."""
+    out: list[RelationDef] = []
+    pending = list(rels)
+    while pending:
+        r = pending.pop()
+        if any(o.id == r.id for o in out):
+            continue
+        out.append(r)
+        pending.extend(catalog.dependents(r.id))
+        errors = dict(r.extra).get("dead_letters")
+        if errors and (companion := catalog.get(str(errors))) is not None:
+            pending.append(companion)
+    return out

@@ -1,0 +1,125 @@
+"""Kafka sources end to end: a real `streamdb serve` (real Spark) reading topics of a Kafka
+cluster over TCP (librdkafka's mock cluster in its own process, or STREAMDB_TEST_KAFKA)."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from tests.kafka_util import produce
+
+
+def wait_for(conn: psycopg.Connection, sql: str, expected, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        got = conn.execute(sql).fetchall()
+        if got == expected:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"{sql}: waited for {expected!r}, last saw {got!r}")
+
+
+def test_external_stream_views_and_dead_letters(conn, unique, kafka_bootstrap, kafka_topic):
+    c, s = f"kc_{unique}", f"students_{unique}"
+    conn.execute(f"CREATE SOURCE CONNECTOR {c} KAFKA WITH (bootstrap_servers = '{kafka_bootstrap}', "
+                 "properties.client.id = 'streamdb-test')")
+    conn.execute(f"CREATE EXTERNAL STREAM {s} (id STRING KEY, score INT, subject TEXT, trace TEXT HEADER('trace')) "
+                 f"WITH (connector = '{c}', kafka_topic = '{kafka_topic}', value_format = 'JSON', partitions = 4)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {s}_avg AS SELECT subject, count(*) AS n, sum(score) AS total "
+                 f"FROM {s} GROUP BY subject")
+    produce(kafka_bootstrap, kafka_topic, [
+        {"key": "ann", "value": {"score": 90, "subject": "math"}, "headers": {"trace": "t1"}},
+        {"key": "bob", "value": {"score": 70, "subject": "math"}},
+        {"key": "cy", "value": {"score": 85, "subject": "art"}},
+        {"key": "bad1", "value": "{not json"},
+        {"key": "bad2", "value": {"score": "lots", "subject": "math"}},
+    ])
+    wait_for(conn, f"SELECT count(*) FROM {s}", [(3,)])
+    assert sorted(conn.execute(f"SELECT id, score, subject, trace FROM {s}").fetchall()) == [
+        ("ann", 90, "math", "t1"), ("bob", 70, "math", None), ("cy", 85, "art", None)]
+    conn.execute("FLUSH")
+    view = sorted(conn.execute(f"SELECT * FROM {s}_avg").fetchall())
+    assert view == [("art", 1, 85), ("math", 2, 160)]
+    assert view == sorted(conn.execute(f"SELECT subject, count(*), sum(score) FROM {s} GROUP BY subject").fetchall())
+    # Bad records: counted, kept with their bytes and the reason, never silently dropped.
+    wait_for(conn, f"SELECT count(*) FROM {s}_errors", [(2,)])
+    errors = conn.execute(f"SELECT source, reason, raw_key, raw_text FROM {s}_errors ORDER BY raw_text").fetchall()
+    assert {(e[0], bytes(e[2])) for e in errors} == {(kafka_topic, b"bad1"), (kafka_topic, b"bad2")}
+    reasons = {bytes(e[2]): e[1] for e in errors}
+    assert reasons[b"bad1"].startswith("invalid JSON")
+    assert 'column "score"' in reasons[b"bad2"] and "lots" in reasons[b"bad2"]
+    sources = {r[0]: r for r in conn.execute("SHOW SOURCES").fetchall()}
+    assert sources[s][1:5] == (c, kafka_topic, "json", "running")
+    assert sources[s][5:8] == (3, 2, f"{s}_errors")
+    # More records flow into the view.
+    produce(kafka_bootstrap, kafka_topic, [{"key": "dee", "value": {"score": 60, "subject": "art"}}])
+    wait_for(conn, f"SELECT count(*) FROM {s}", [(4,)])
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT * FROM {s}_avg").fetchall()) == [("art", 2, 145), ("math", 2, 160)]
+    # Dropping the connector needs CASCADE; it takes the stream, its dead letters and the view.
+    with pytest.raises(psycopg.errors.DependentObjectsStillExist):
+        conn.execute(f"DROP SOURCE CONNECTOR {c}")
+    with pytest.raises(psycopg.errors.DependentObjectsStillExist):
+        conn.execute(f"DROP STREAM {s}_errors")
+    conn.execute(f"DROP CONNECTOR {c} CASCADE")
+    for rel in (s, f"{s}_errors", f"{s}_avg"):
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute(f"SELECT * FROM {rel}")
+    assert s not in {r[0] for r in conn.execute("SHOW SOURCES").fetchall()}
+
+
+def test_connector_options_are_checked_and_secrets_masked(conn, unique, kafka_bootstrap):
+    c = f"sec_{unique}"
+    conn.execute(f"CREATE SOURCE CONNECTOR {c} KAFKA WITH (bootstrap_servers = '{kafka_bootstrap}', "
+                 "properties.security.protocol = 'PLAINTEXT', properties.sasl.username = 'u', "
+                 "properties.sasl.password = 'hunter2')")
+    shown = conn.execute("SHOW CONNECTORS").fetchall()
+    row = next(r for r in shown if r[0] == c)
+    assert row[1:3] == ("source", "kafka") and "hunter2" not in row[3] and "********" in row[3]
+    assert "sasl.username = 'u'" in row[3]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+        conn.execute(f"CREATE SOURCE CONNECTOR {c}_f KAFKA WITH (bootstrap_servers = 'x:1', "
+                     "properties.ssl.ca.location = '/etc/passwd')")
+    assert "ssl.ca.location" in str(e.value)
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
+        conn.execute(f"CREATE SOURCE CONNECTOR {c}_u KAFKA WITH (bootstrap_servers = 'x:1', properties.bogus = 1)")
+    assert "bogus" in str(e.value)
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        conn.execute(f"CREATE SOURCE CONNECTOR {c}_m KAFKA WITH (topic = 'x')")
+    with pytest.raises(psycopg.errors.DuplicateObject):
+        conn.execute(f"CREATE SOURCE CONNECTOR {c} KAFKA WITH (bootstrap_servers = 'x:1')")
+    conn.execute(f"CREATE SOURCE CONNECTOR IF NOT EXISTS {c} KAFKA WITH (bootstrap_servers = 'x:1')")
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        conn.execute(f"CREATE EXTERNAL STREAM nope_{unique} (a INT) WITH (connector = 'missing_{unique}', "
+                     "kafka_topic = 't')")
+    with pytest.raises(psycopg.errors.FeatureNotSupported):
+        conn.execute(f"CREATE STREAM internal_{unique} (a INT) WITH (kafka_topic = 't')")
+    conn.execute(f"DROP SOURCE CONNECTOR {c}")
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_risingwave_create_source_and_restart_exactly_once(fresh_server, kafka_bootstrap, kafka_topic):
+    srv = fresh_server
+    with srv.connect() as c:
+        c.execute(f"CREATE SOURCE bids (auction INT, price INT) WITH (connector = 'kafka', topic = '{kafka_topic}', "
+                  f"properties.bootstrap.server = '{kafka_bootstrap}', scan.startup.mode = 'earliest') "
+                  "FORMAT PLAIN ENCODE JSON")
+        c.execute("CREATE MATERIALIZED VIEW bid_totals AS SELECT auction, count(*) AS n, sum(price) AS total "
+                  "FROM bids GROUP BY auction")
+        produce(kafka_bootstrap, kafka_topic, [{"value": {"auction": i % 3, "price": i}} for i in range(100)])
+        wait_for(c, "SELECT count(*) FROM bids", [(100,)])
+    srv.kill9()
+    produce(kafka_bootstrap, kafka_topic, [{"value": {"auction": i % 3, "price": i}} for i in range(100, 150)])
+    srv.start()
+    with srv.connect() as c:
+        wait_for(c, "SELECT count(*) FROM bids", [(150,)])
+        time.sleep(1.0)  # nothing arrives twice
+        assert c.execute("SELECT count(*), sum(price) FROM bids").fetchone() == (150, sum(range(150)))
+        c.execute("FLUSH")
+        view = sorted(c.execute("SELECT * FROM bid_totals").fetchall())
+        assert view == sorted(c.execute("SELECT auction, count(*), sum(price) FROM bids GROUP BY auction").fetchall())
+        assert sum(r[1] for r in view) == 150
+        c.execute("DROP SOURCE bids CASCADE")
