@@ -1,0 +1,1 @@
+"""Connectors: sources that bring records in (Kafka topics, files) and sinks that deliver changes."""
