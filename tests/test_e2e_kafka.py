@@ -123,3 +123,48 @@ def test_risingwave_create_source_and_restart_exactly_once(fresh_server, kafka_b
         assert view == sorted(c.execute("SELECT auction, count(*), sum(price) FROM bids GROUP BY auction").fetchall())
         assert sum(r[1] for r in view) == 150
         c.execute("DROP SOURCE bids CASCADE")
+
+
+def test_csv_avro_and_text_formats(conn, unique, kafka_bootstrap):
+    import io
+    import json
+
+    import fastavro
+
+    c = f"fmt_{unique}"
+    conn.execute(f"CREATE SOURCE CONNECTOR {c} KAFKA WITH (bootstrap_servers = '{kafka_bootstrap}')")
+    topics = {f: f"t_{f}_{unique}" for f in ("csv", "avro", "text")}
+    conn.execute(f"CREATE EXTERNAL STREAM csv_{unique} (a INT, b TEXT, at TIMESTAMPTZ) WITH (connector = '{c}', "
+                 f"kafka_topic = '{topics['csv']}', value_format = 'csv', csv_delimiter = ';', timestamp = 'at')")
+    schema = {"type": "record", "name": "Reading", "fields": [{"name": "sensor", "type": "string"},
+                                                              {"name": "value", "type": "double"}]}
+    conn.execute(f"CREATE EXTERNAL STREAM avro_{unique} (sensor TEXT, value DOUBLE PRECISION) WITH (connector = "
+                 f"'{c}', kafka_topic = '{topics['avro']}', value_format = 'avro', "
+                 f"avro_schema = '{json.dumps(schema)}')")
+    conn.execute(f"CREATE EXTERNAL STREAM text_{unique} (line TEXT) WITH (connector = '{c}', "
+                 f"kafka_topic = '{topics['text']}', value_format = 'text')")
+
+    def avro(doc: dict, confluent: bool) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), doc)
+        return (b"\x00\x00\x00\x00\x07" if confluent else b"") + buf.getvalue()
+
+    produce(kafka_bootstrap, topics["csv"], [{"value": "1;one;2024-01-01 00:00:00+00"}, {"value": "2;;"},
+                                             {"value": "x;bad;"}, {"value": "1;2"}])
+    produce(kafka_bootstrap, topics["avro"], [{"value": avro({"sensor": "s1", "value": 1.5}, False)},
+                                              {"value": avro({"sensor": "s2", "value": -2.0}, True)},
+                                              {"value": b"\x01\x02"}])
+    produce(kafka_bootstrap, topics["text"], [{"value": "hello, world"}, {"value": b"\xff\xfe"}])
+    wait_for(conn, f"SELECT a, b FROM csv_{unique} ORDER BY a", [(1, "one"), (2, None)])
+    assert conn.execute(f"SELECT rowtime FROM csv_{unique} WHERE a = 1").fetchone()[0].isoformat() == \
+        "2024-01-01T00:00:00+00:00"
+    wait_for(conn, f"SELECT sensor, value FROM avro_{unique} ORDER BY sensor", [("s1", 1.5), ("s2", -2.0)])
+    wait_for(conn, f"SELECT line FROM text_{unique}", [("hello, world",)])
+    wait_for(conn, f"SELECT count(*) FROM csv_{unique}_errors", [(2,)])
+    reasons = sorted(r[0] for r in conn.execute(f"SELECT reason FROM csv_{unique}_errors").fetchall())
+    assert any("CSV record has 2 fields" in r for r in reasons) and any('column "a"' in r for r in reasons)
+    wait_for(conn, f"SELECT count(*) FROM avro_{unique}_errors", [(1,)])
+    assert "Avro" in conn.execute(f"SELECT reason FROM avro_{unique}_errors").fetchone()[0]
+    wait_for(conn, f"SELECT reason FROM text_{unique}_errors", [("the record value is not UTF-8 text "
+                                                               "(value_format = 'text')",)])
+    conn.execute(f"DROP CONNECTOR {c} CASCADE")

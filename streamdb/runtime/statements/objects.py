@@ -29,6 +29,10 @@ async def create(plan: CreateObjectPlan, ctx: ExecContext) -> ExecutionResult:
     tag = f"CREATE {_tag(obj.kind, direction)}"
     if obj.kind == "connector" and not engine.settings.allow_kafka_file_properties:
         refuse_file_properties(obj.options)
+    if obj.kind == "connector" and dict(obj.options).get("type") == "file":
+        from streamdb.runtime.connectors.file_source import confined
+
+        confined(engine.file_root(), dict(obj.options)["path"])  # nothing outside the file root
     async with engine.ddl_lock:
         if engine.catalog.snapshot().object(obj.kind, obj.name) is not None:
             if plan.if_not_exists:
