@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamdb.errors import ConfigurationError, FeatureNotSupported
+from streamdb.errors import ConfigurationError
 from streamdb.storage.base import Append, Commit, CommitResult, Snapshot, Storage, state_store
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
 
 
 def open_storage(kind: str, path: str, **opts: Any) -> Storage:
-    """Open the storage backend ``kind`` ('rocksdb'; 'kafka' later) at ``path``.
+    """Open the storage backend ``kind`` ('rocksdb', or 'kafka': logs in Kafka topics, stores in RocksDB) at ``path``.
 
     ``opts`` are backend options (for rocksdb: sync, write_buffer_size,
     block_cache_size, compression, max_group_commits, max_group_bytes). Options
@@ -39,5 +39,8 @@ def open_storage(kind: str, path: str, **opts: Any) -> Storage:
         except TypeError as exc:
             raise ConfigurationError(f"invalid rocksdb storage option: {exc}") from exc
     if kind == "kafka":
-        raise FeatureNotSupported("the kafka log is not yet supported")
+        from streamdb.storage.kafka_log import KafkaLogStorage
+
+        own = {k: v for k, v in opts.items() if not k.startswith("kafka_")}
+        return KafkaLogStorage(path, opts.get("kafka_bootstrap"), **own)
     raise ConfigurationError(f"unknown storage kind {kind!r} (expected 'rocksdb' or 'kafka')")
