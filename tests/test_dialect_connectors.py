@@ -454,3 +454,13 @@ def test_syntax_error_positions(text: str, message: str, position: int) -> None:
     assert caught.value.message == message
     assert caught.value.position == position
     assert caught.value.sqlstate == "42601"
+
+
+@pytest.mark.parametrize("sql", ["SHOW CREATE CONNECTOR c", "SHOW CREATE SOURCE CONNECTOR c",
+                                 "SHOW CREATE SINK CONNECTOR c", "SHOW CREATE SINK s"])
+def test_show_create_connector_round_trip(sql):
+    from streamdb.sql.parser import generate, parse_one
+
+    tree = parse_one(sql)
+    assert generate(tree) == sql
+    assert parse_one(generate(tree)) == tree

@@ -80,6 +80,9 @@ def test_connector_options_are_checked_and_secrets_masked(conn, unique, kafka_bo
     row = next(r for r in shown if r[0] == c)
     assert row[1:3] == ("source", "kafka") and "hunter2" not in row[3] and "********" in row[3]
     assert "sasl.username = 'u'" in row[3]
+    created = conn.execute(f"SHOW CREATE SOURCE CONNECTOR {c}").fetchone()
+    assert created[0] == c and "hunter2" not in created[1] and "properties.sasl.password = '********'" in created[1]
+    assert conn.execute(f"SHOW CREATE CONNECTOR {c}").fetchone() == created
     with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
         conn.execute(f"CREATE SOURCE CONNECTOR {c}_f KAFKA WITH (bootstrap_servers = 'x:1', "
                      "properties.ssl.ca.location = '/etc/passwd')")

@@ -260,6 +260,7 @@ class ShowObjectsPlan(Plan):
 class ShowCreatePlan(Plan):
     name: str
     kind: str
+    create_sql: str | None = None  # connectors and sinks: their (masked) statement
 
 
 @dataclass(frozen=True)

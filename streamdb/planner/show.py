@@ -20,8 +20,19 @@ def plan_show_objects(stmt: ShowObjects, ctx: PlanContext) -> ShowObjectsPlan:
 
 
 def plan_show_create(stmt: ShowCreate, ctx: PlanContext) -> ShowCreatePlan:
+    kind = str(stmt.args.get("kind")).upper()
+    if kind.endswith("CONNECTOR") or kind == "SINK":
+        from streamdb.errors import UndefinedObject
+
+        obj_kind = "sink" if kind == "SINK" else "connector"
+        _, name = table_name(stmt.this)
+        obj = ctx.catalog.object(obj_kind, name)
+        if obj is None:
+            raise UndefinedObject(f'{obj_kind} "{name}" does not exist')
+        # The statement as given, secrets masked (planner/connectors.py masked_sql).
+        return ShowCreatePlan(obj.name, kind, create_sql=obj.create_sql)
     rel = lookup_relation(ctx, stmt.this)
-    return ShowCreatePlan(rel.name, str(stmt.args.get("kind")).upper())
+    return ShowCreatePlan(rel.name, kind)
 
 
 def plan_describe(stmt: DescribeRelation, ctx: PlanContext) -> DescribeRelationPlan:

@@ -51,6 +51,9 @@ SHOW_CREATE_KINDS = (
     ("STREAM",),
     ("TABLE",),
     ("VIEW",),
+    ("SOURCE", "CONNECTOR"),
+    ("SINK", "CONNECTOR"),
+    ("CONNECTOR",),
     ("SOURCE",),
     ("SINK",),
 )

@@ -44,9 +44,9 @@ def _connector_rows(ctx: ExecContext, kind: str) -> list[tuple[object, ...]]:
         return rows
     for sink in catalog.objects_of("sink"):
         opts = dict(sink.options)
-        st = ctx.engine.sinks.status(sink.id) if hasattr(ctx.engine, "sinks") else None
-        rows.append((sink.name, opts.get("from"), opts.get("connector"), st.state if st else "stopped",
-                     st.changes if st else 0, st.last_error if st else None))
+        sink_st = ctx.engine.sinks.status(sink.id) if hasattr(ctx.engine, "sinks") else None
+        rows.append((sink.name, opts.get("from"), opts.get("connector"), sink_st.state if sink_st else "stopped",
+                     sink_st.changes if sink_st else 0, sink_st.last_error if sink_st else None))
     return rows
 
 
@@ -109,6 +109,8 @@ def _late_events(ctx: ExecContext, inputs: tuple[int, ...]) -> int | None:
 
 
 async def execute_create(plan: ShowCreatePlan, ctx: ExecContext) -> ExecutionResult:
+    if plan.create_sql is not None:
+        return ExecutionResult("SELECT 1", columns=SHOW_CREATE_COLUMNS, rows=[(plan.name, plan.create_sql)])
     rel = ctx.engine.catalog.snapshot().get(plan.name)
     if rel is None:
         raise UndefinedTable(f'relation "{plan.name}" does not exist')
