@@ -171,3 +171,54 @@ def test_csv_avro_and_text_formats(conn, unique, kafka_bootstrap):
     wait_for(conn, f"SELECT reason FROM text_{unique}_errors", [("the record value is not UTF-8 text "
                                                                "(value_format = 'text')",)])
     conn.execute(f"DROP CONNECTOR {c} CASCADE")
+
+
+def test_avro_with_a_schema_registry(conn, unique, kafka_bootstrap, kafka_topic):
+    """Writer schemas come from a Confluent-compatible registry (a small HTTP server here)."""
+    import http.server
+    import io
+    import json
+    import threading
+
+    import fastavro
+
+    schema = {"type": "record", "name": "Click", "fields": [{"name": "page", "type": "string"},
+                                                            {"name": "ms", "type": "int"}]}
+
+    class Registry(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            if self.path == "/schemas/ids/42":
+                body = json.dumps({"schema": json.dumps(schema)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        conn.execute(f"CREATE EXTERNAL STREAM clicks_{unique} (page TEXT, ms INT) WITH (kafka_topic = "
+                     f"'{kafka_topic}', value_format = 'avro', schema_registry_url = '{url}', "
+                     f"bootstrap_servers = '{kafka_bootstrap}')")
+
+        def framed(schema_id: int, doc: dict) -> bytes:
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), doc)
+            return b"\x00" + schema_id.to_bytes(4, "big") + buf.getvalue()
+
+        produce(kafka_bootstrap, kafka_topic, [{"value": framed(42, {"page": "/a", "ms": 12})},
+                                               {"value": framed(7, {"page": "/b", "ms": 1})}])
+        wait_for(conn, f"SELECT page, ms FROM clicks_{unique}", [("/a", 12)])
+        wait_for(conn, f"SELECT reason FROM clicks_{unique}_errors", [("schema id 7 is not in the schema registry",)])
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute(f"CREATE EXTERNAL STREAM nos_{unique} (a INT) WITH (kafka_topic = 't', value_format = 'avro')")
+        conn.execute(f"DROP STREAM clicks_{unique}")
+    finally:
+        httpd.shutdown()

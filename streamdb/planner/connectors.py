@@ -182,10 +182,14 @@ def external_stream(rel: RelationDef, opts: Any, ctx: PlanContext) -> tuple[Rela
     if source_type == "file" and opts.kafka_topic:
         raise InvalidParameterValue("kafka_topic is for Kafka streams; a FILE stream reads its connector's path")
     if opts.value_format == "avro":
-        if not opts.avro_schema:
-            raise InvalidParameterValue("value_format 'avro' needs the option avro_schema (the schema as JSON)")
+        if not opts.avro_schema and not opts.schema_registry_url:
+            raise InvalidParameterValue("value_format 'avro' needs the option avro_schema (the schema as JSON) "
+                                        "or schema_registry_url")
+        if opts.schema_registry_url and not str(opts.schema_registry_url).startswith(("http://", "https://")):
+            raise InvalidParameterValue("schema_registry_url must be an http:// or https:// URL")
         try:
-            json.loads(opts.avro_schema)
+            if opts.avro_schema:
+                json.loads(opts.avro_schema)
         except json.JSONDecodeError as e:
             raise InvalidParameterValue(f"avro_schema is not valid JSON: {e}") from None
     if opts.value_format in ("text", "bytes") and len([c for c in rel.columns if c.role is None]) != 1:

@@ -28,6 +28,7 @@ class StreamOptions(BaseModel):
     max_record_bytes: int = Field(1 << 20, ge=1)
     csv_delimiter: str = Field(",", min_length=1, max_length=1)
     avro_schema: str | None = None  # value_format avro: the writer's schema, as JSON
+    schema_registry_url: str | None = None  # value_format avro: writer schemas by id from a registry
     pattern: str | None = None  # FILE connector: file names to read (glob), e.g. '*.jsonl'
 
     @field_validator("value_format")

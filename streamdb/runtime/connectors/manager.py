@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import ConfigurationError, StreamDBError
 from streamdb.planner.connectors import mask_text, refuse_file_properties
-from streamdb.runtime.connectors.decode import Decoder
+from streamdb.runtime.connectors.decode import Decoder, SchemaRegistry
 from streamdb.runtime.connectors.kafka_source import KafkaSource, SourceStatus
 
 if TYPE_CHECKING:
@@ -63,7 +63,9 @@ class SourceManager:
         decoder = Decoder(rel, value_format=rel.value_format, key_format=opts.get("key_format") or "text",
                           csv_delimiter=opts.get("csv_delimiter") or ",",
                           max_record_bytes=int(opts.get("max_record_bytes") or (1 << 20)),
-                          avro_schema=_avro_schema(opts.get("avro_schema")))
+                          avro_schema=_avro_schema(opts.get("avro_schema")),
+                          schema_registry=SchemaRegistry(opts["schema_registry_url"])
+                          if opts.get("schema_registry_url") else None)
         if extra.get("external") == "file":
             from streamdb.runtime.connectors.file_source import FileSource
 
