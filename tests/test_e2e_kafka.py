@@ -22,12 +22,13 @@ def wait_for(conn: psycopg.Connection, sql: str, expected, timeout: float = 60):
     raise AssertionError(f"{sql}: waited for {expected!r}, last saw {got!r}")
 
 
-def test_external_stream_views_and_dead_letters(conn, unique, kafka_bootstrap, kafka_topic):
+def test_external_stream_views_and_dead_letters(server, conn, unique, kafka_bootstrap, kafka_topic):
     c, s = f"kc_{unique}", f"students_{unique}"
     conn.execute(f"CREATE SOURCE CONNECTOR {c} KAFKA WITH (bootstrap_servers = '{kafka_bootstrap}', "
                  "properties.client.id = 'streamdb-test')")
     conn.execute(f"CREATE EXTERNAL STREAM {s} (id STRING KEY, score INT, subject TEXT, trace TEXT HEADER('trace')) "
-                 f"WITH (connector = '{c}', kafka_topic = '{kafka_topic}', value_format = 'JSON', partitions = 4)")
+                 f"WITH (connector = '{c}', kafka_topic = '{kafka_topic}', value_format = 'JSON', partitions = 4, "
+                 "max_record_bytes = 5000)")
     conn.execute(f"CREATE MATERIALIZED VIEW {s}_avg AS SELECT subject, count(*) AS n, sum(score) AS total "
                  f"FROM {s} GROUP BY subject")
     produce(kafka_bootstrap, kafka_topic, [
@@ -36,6 +37,7 @@ def test_external_stream_views_and_dead_letters(conn, unique, kafka_bootstrap, k
         {"key": "cy", "value": {"score": 85, "subject": "art"}},
         {"key": "bad1", "value": "{not json"},
         {"key": "bad2", "value": {"score": "lots", "subject": "math"}},
+        {"key": "big", "value": {"score": 1, "subject": "x" * 6000}},
     ])
     wait_for(conn, f"SELECT count(*) FROM {s}", [(3,)])
     assert sorted(conn.execute(f"SELECT id, score, subject, trace FROM {s}").fetchall()) == [
@@ -45,20 +47,36 @@ def test_external_stream_views_and_dead_letters(conn, unique, kafka_bootstrap, k
     assert view == [("art", 1, 85), ("math", 2, 160)]
     assert view == sorted(conn.execute(f"SELECT subject, count(*), sum(score) FROM {s} GROUP BY subject").fetchall())
     # Bad records: counted, kept with their bytes and the reason, never silently dropped.
-    wait_for(conn, f"SELECT count(*) FROM {s}_errors", [(2,)])
+    wait_for(conn, f"SELECT count(*) FROM {s}_errors", [(3,)])
     errors = conn.execute(f"SELECT source, reason, raw_key, raw_text FROM {s}_errors ORDER BY raw_text").fetchall()
-    assert {(e[0], bytes(e[2])) for e in errors} == {(kafka_topic, b"bad1"), (kafka_topic, b"bad2")}
+    assert {(e[0], bytes(e[2])) for e in errors} == {(kafka_topic, b"bad1"), (kafka_topic, b"bad2"),
+                                                     (kafka_topic, b"big")}
     reasons = {bytes(e[2]): e[1] for e in errors}
     assert reasons[b"bad1"].startswith("invalid JSON")
     assert 'column "score"' in reasons[b"bad2"] and "lots" in reasons[b"bad2"]
+    assert "exceeds the limit of 5000 bytes" in reasons[b"big"]
     sources = {r[0]: r for r in conn.execute("SHOW SOURCES").fetchall()}
     assert sources[s][1:5] == (c, kafka_topic, "json", "running")
-    assert sources[s][5:8] == (3, 2, f"{s}_errors")
+    assert sources[s][5:8] == (3, 3, f"{s}_errors")
     # More records flow into the view.
     produce(kafka_bootstrap, kafka_topic, [{"key": "dee", "value": {"score": 60, "subject": "art"}}])
     wait_for(conn, f"SELECT count(*) FROM {s}", [(4,)])
     conn.execute("FLUSH")
     assert sorted(conn.execute(f"SELECT * FROM {s}_avg").fetchall()) == [("art", 2, 145), ("math", 2, 160)]
+    # A push query over the external stream sees records as they arrive from Kafka.
+    with server.connect() as push:
+        push.execute("BEGIN")
+        push.execute(f"DECLARE pq CURSOR FOR SUBSCRIBE TO (SELECT id, score FROM {s} WHERE score > 95) "
+                     "WITH (snapshot = false)")
+        assert push.execute("FETCH ALL pq WITH (timeout = '2s')").fetchall() == []
+        produce(kafka_bootstrap, kafka_topic, [{"key": "eve", "value": {"score": 99, "subject": "art"}},
+                                               {"key": "fay", "value": {"score": 10, "subject": "art"}}])
+        pushed: list = []
+        deadline = time.monotonic() + 30
+        while not pushed and time.monotonic() < deadline:
+            pushed += push.execute("FETCH 10 pq WITH (timeout = '1s')").fetchall()
+        assert [(r[0], r[2], r[3]) for r in pushed] == [("insert", "eve", 99)]
+        push.execute("COMMIT")
     # Dropping the connector needs CASCADE; it takes the stream, its dead letters and the view.
     with pytest.raises(psycopg.errors.DependentObjectsStillExist):
         conn.execute(f"DROP SOURCE CONNECTOR {c}")
