@@ -176,7 +176,8 @@ def test_errors_keep_the_connection_usable(conn, unique):
         (f"INSERT INTO {s} (a) VALUES ('abc')", "22P02"),
         (f"INSERT INTO {s} (a) VALUES (true)", "42804"),
         (f"CREATE STREAM x_{unique} (a INT) WITH (colour = 'red')", "22023"),
-        (f"CREATE EXTERNAL STREAM y_{unique} (a INT) WITH (kafka_topic = 't')", "0A000"),
+        (f"CREATE EXTERNAL STREAM y_{unique} (a INT) WITH (kafka_topic = 't')", "22023"),  # no Kafka cluster
+        (f"CREATE STREAM y_{unique} (a INT) WITH (kafka_topic = 't')", "0A000"),  # not EXTERNAL
         (f"UPDATE {s} SET a = 1", "42809"),
         (f"INSERT INTO {s} (nope) VALUES (1)", "42703"),
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamdb.errors import DuplicateTable, Notice, StreamDBError
+from streamdb.errors import DuplicateTable, InvalidParameterValue, Notice, StreamDBError
 from streamdb.planner.plans import CreateRelationPlan, CreateViewPlan
 from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
@@ -14,6 +14,14 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
     rel = plan.relation
     tag = f"CREATE {rel.shown_kind.upper().replace('_', ' ')}"
     or_replace = getattr(plan, "or_replace", False)
+    extra = dict(rel.extra)
+    if extra.get("external") == "kafka" and not rel.depends_on and not dict(rel.options).get("bootstrap_servers") \
+            and not engine.settings.kafka_bootstrap:
+        raise InvalidParameterValue(
+            f'external stream "{rel.name}" names no Kafka cluster',
+            hint="Give it a connector (CREATE SOURCE CONNECTOR c KAFKA WITH (bootstrap_servers = '...'); "
+                 "WITH (connector = 'c', ...)), the option bootstrap_servers, or start the server with "
+                 "--kafka-bootstrap.")
     async with engine.ddl_lock:
         existing = engine.catalog.snapshot().get(rel.name)
         remove = []
