@@ -164,6 +164,9 @@ def test_csv_avro_and_text_formats(conn, unique, kafka_bootstrap):
                  f"avro_schema = '{json.dumps(schema)}')")
     conn.execute(f"CREATE EXTERNAL STREAM text_{unique} (line TEXT) WITH (connector = '{c}', "
                  f"kafka_topic = '{topics['text']}', value_format = 'text')")
+    conn.execute(f"CREATE EXTERNAL STREAM raw_{unique} (k BYTEA KEY, payload BYTEA, hs JSONB HEADERS) WITH "
+                 f"(connector = '{c}', kafka_topic = '{topics['text']}', value_format = 'bytes', "
+                 "key_format = 'bytes')")
 
     def avro(doc: dict, confluent: bool) -> bytes:
         buf = io.BytesIO()
@@ -175,12 +178,20 @@ def test_csv_avro_and_text_formats(conn, unique, kafka_bootstrap):
     produce(kafka_bootstrap, topics["avro"], [{"value": avro({"sensor": "s1", "value": 1.5}, False)},
                                               {"value": avro({"sensor": "s2", "value": -2.0}, True)},
                                               {"value": b"\x01\x02"}])
-    produce(kafka_bootstrap, topics["text"], [{"value": "hello, world"}, {"value": b"\xff\xfe"}])
+    produce(kafka_bootstrap, topics["text"], [{"value": "hello, world", "key": b"\x01",
+                                               "headers": [("h", b"1"), ("h", b"2")]},
+                                              {"value": b"\xff\xfe"}])
     wait_for(conn, f"SELECT a, b FROM csv_{unique} ORDER BY a", [(1, "one"), (2, None)])
     assert conn.execute(f"SELECT rowtime FROM csv_{unique} WHERE a = 1").fetchone()[0].isoformat() == \
         "2024-01-01T00:00:00+00:00"
     wait_for(conn, f"SELECT sensor, value FROM avro_{unique} ORDER BY sensor", [("s1", 1.5), ("s2", -2.0)])
     wait_for(conn, f"SELECT line FROM text_{unique}", [("hello, world",)])
+    wait_for(conn, f"SELECT count(*) FROM raw_{unique}", [(2,)])
+    raw = sorted(((bytes(r[0]) if r[0] is not None else None, bytes(r[1]),
+                   json.loads(r[2]) if isinstance(r[2], str) else r[2])
+                  for r in conn.execute(f"SELECT k, payload, hs FROM raw_{unique}").fetchall()), key=repr)
+    assert raw == sorted([(b"\x01", b"hello, world", [{"key": "h", "value": "1"}, {"key": "h", "value": "2"}]),
+                          (None, b"\xff\xfe", [])], key=repr)
     wait_for(conn, f"SELECT count(*) FROM csv_{unique}_errors", [(2,)])
     reasons = sorted(r[0] for r in conn.execute(f"SELECT reason FROM csv_{unique}_errors").fetchall())
     assert any("CSV record has 2 fields" in r for r in reasons) and any('column "a"' in r for r in reasons)
