@@ -30,6 +30,7 @@ async def run_server(settings: Settings, install_signals: tuple[signal.Signals, 
     await stop.wait()
     log.info("shutting down")
     await asyncio.to_thread(engine.sources.stop)
+    await asyncio.to_thread(engine.sinks.stop)
     await engine.views.stop()
     try:
         await asyncio.wait_for(wire.close(), timeout=SHUTDOWN_GRACE_SECONDS)

@@ -61,6 +61,10 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         return connectors.plan_create_connector(node, ctx)
     if isinstance(node, S.CreateSource):
         return create_stream.plan_create_source(node, ctx, sql)
+    if isinstance(node, S.CreateSink):
+        from streamdb.planner import sinks
+
+        return sinks.plan_create_sink(node, ctx)
     if isinstance(node, S.DropConnector):
         return drop.plan_object(node, "connector")
     if isinstance(node, exp.Create):

@@ -39,6 +39,9 @@ class Engine:
         from streamdb.runtime.connectors.manager import SourceManager
 
         self.sources = SourceManager(self)
+        from streamdb.runtime.connectors.sinks import SinkManager
+
+        self.sinks = SinkManager(self)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.spark = None
         if settings.spark_enabled:
@@ -64,12 +67,14 @@ class Engine:
             threading.Thread(target=open_gate, name="embedded-gate", daemon=True).start()
         self.views.start()
         self.sources.sync()
+        self.sinks.sync()
         log.info("catalog version %d with %d relations", self.catalog.snapshot().version,
                  len(self.catalog.snapshot().relations))
 
     def sync_connectors(self) -> None:
-        """After DDL: sources for new external streams start, those of dropped ones stop."""
+        """After DDL: sources for new external streams and new sinks start, dropped ones stop."""
         self.sources.sync()
+        self.sinks.sync()
 
     def file_root(self) -> Path:
         """Where FILE connectors may read and write: nothing outside it."""

@@ -29,6 +29,9 @@ async def create(plan: CreateObjectPlan, ctx: ExecContext) -> ExecutionResult:
     tag = f"CREATE {_tag(obj.kind, direction)}"
     if obj.kind == "connector" and not engine.settings.allow_kafka_file_properties:
         refuse_file_properties(obj.options)
+    from streamdb.runtime.connectors.sinks import check_object
+
+    check_object(engine, obj, engine.catalog.snapshot())  # FILE paths under the file root
     if obj.kind == "connector" and dict(obj.options).get("type") == "file":
         from streamdb.runtime.connectors.file_source import confined
 
