@@ -152,6 +152,21 @@ def _aware(t: Any) -> dt.datetime | None:
     return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
 
 
+def _add_weights(view: RelationDef, snap: Any, store: str, weights: Counter[tuple[Any, ...]],
+                 old: dict[bytes, tuple[tuple[Any, ...], int]],
+                 new_by_key: dict[bytes, tuple[tuple[Any, ...], int]]) -> None:
+    """Rows' changed multiplicities: each row's stored count (into `old`) plus its weight."""
+    for row, w in weights.items():
+        key = C.key_of(row)
+        raw = snap.get(store, key)
+        if raw is not None:
+            old[key] = C.decode_view_row(raw)
+        n = old.get(key, (row, 0))[1] + w
+        if n < 0:
+            raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')
+        new_by_key[key] = (row, n)
+
+
 def _coerce_partial(value: Any, column: Column) -> Any:
     t = column.type
     if isinstance(t, T.ArraySqlType) and t.element is not None:  # count(DISTINCT)'s values
@@ -547,25 +562,12 @@ class ViewMaintainer:
                         end = end + offset if end is not None else None
                         if end is not None and end <= hi and (lo is None or end > lo):
                             closing[row] += 1
-                for row, n in closing.items():
-                    key = C.key_of(row)
-                    raw = snap.get(store, key)
-                    if raw is not None:
-                        old[key] = C.decode_view_row(raw)
-                    new_by_key[key] = (row, old.get(key, (row, 0))[1] + n)
+                _add_weights(view, snap, store, closing, old, new_by_key)
             elif item.delta_sql is not None:
                 weights: Counter[tuple[Any, ...]] = Counter()
                 for r in result:
                     weights[self._row(r[:-1], view)] += int(r[-1])
-                for row, w in weights.items():
-                    key = C.key_of(row)
-                    raw = snap.get(store, key)
-                    if raw is not None:
-                        old[key] = C.decode_view_row(raw)
-                    n = old.get(key, (row, 0))[1] + w
-                    if n < 0:
-                        raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')
-                    new_by_key[key] = (row, n)
+                _add_weights(view, snap, store, weights, old, new_by_key)
             elif item.aggregate is None:
                 new_rows = Counter(self._row(r, view) for r in result)
                 new_by_key = {C.key_of(row): (row, n) for row, n in new_rows.items()}
@@ -576,15 +578,7 @@ class ViewMaintainer:
         if item.aggregate is not None:
             weights = self._merge_partials(item, result, commit)
             with engine.storage.snapshot() as snap:
-                for row, w in weights.items():
-                    key = C.key_of(row)
-                    raw = snap.get(store, key)
-                    if raw is not None:
-                        old[key] = C.decode_view_row(raw)
-                    n = old.get(key, (row, 0))[1] + w
-                    if n < 0:
-                        raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')
-                    new_by_key[key] = (row, n)
+                _add_weights(view, snap, store, weights, old, new_by_key)
         changes: list[tuple[tuple[Any, ...], int, bytes]] = []
         for key, (row, m) in new_by_key.items():
             n = old.get(key, (row, 0))[1]

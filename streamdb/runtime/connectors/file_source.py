@@ -9,20 +9,15 @@ a file under such a name and rename it when complete.
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
 import fnmatch
-import json
 import logging
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamdb.catalog import RelationDef
 from streamdb.errors import InsufficientPrivilege
-from streamdb.runtime.connectors.decode import BadRecord, Decoder, Record
-from streamdb.runtime.connectors.kafka_source import META, SourceStatus, dead_letters, source_key
-from streamdb.storage.base import Commit
+from streamdb.runtime.connectors.decode import Decoder, Record
+from streamdb.runtime.connectors.source_base import SourceThread
 
 if TYPE_CHECKING:
     from streamdb.runtime.engine import Engine
@@ -42,35 +37,18 @@ def confined(root: Path, path: str) -> Path:
     return candidate
 
 
-class FileSource:
+class FileSource(SourceThread):
+    kind = "file-source"
+
     def __init__(self, engine: Engine, rel: RelationDef, errors_rel: RelationDef | None, root: Path, path: str,
                  pattern: str | None, decoder: Decoder) -> None:
-        self.engine = engine
-        self.rel = rel
-        self.errors_rel = errors_rel
+        super().__init__(engine, rel, errors_rel, decoder)
         self.directory = confined(root, path)
         self.pattern = pattern or ("*.csv" if decoder.value_format == "csv" else "*")
-        self.decoder = decoder
-        self.status = SourceStatus()
         self.done: dict[str, int] = {}  # file name -> lines consumed
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start_thread(self) -> None:
-        with self.engine.storage.snapshot() as snap:
-            raw = snap.get(META, source_key(self.rel.id))
-        if raw:
-            meta = json.loads(raw)
-            self.done = {k: int(v) for k, v in meta.get("files", {}).items()}
-            self.status.records = int(meta.get("records", 0))
-            self.status.bad_records = int(meta.get("bad_records", 0))
-        self._thread = threading.Thread(target=self._run, name=f"file-source-{self.rel.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def restore(self, meta: dict[str, Any]) -> None:
+        self.done = {k: int(v) for k, v in meta.get("files", {}).items()}
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -102,30 +80,9 @@ class FileSource:
                 start += len(chunk)
 
     def _ingest(self, name: str, first: int, lines: list[bytes]) -> None:
-        rows: list[tuple[Any, ...]] = []
-        rowtimes: list[dt.datetime] = []
-        bad: list[tuple[Record, str]] = []
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            rec = Record(value=line, source=name, partition=0, offset=first + i)
-            try:
-                row, at = self.decoder.row(rec)
-                rows.append(row)
-                rowtimes.append(at)
-            except BadRecord as e:
-                bad.append((rec, e.reason))
+        records = [Record(value=line, source=name, partition=0, offset=first + i)
+                   for i, line in enumerate(lines) if line.strip()]
+        rows, rowtimes, bad = self.decode(records)
         done = {**self.done, name: first + len(lines)}
-        extra = Commit()
-        if bad and self.errors_rel is not None:
-            extra.appends.extend(dead_letters(self.errors_rel, bad))
-        records, bad_total = self.status.records + len(rows), self.status.bad_records + len(bad)
-        extra.puts.append((META, source_key(self.rel.id), json.dumps(
-            {"files": done, "records": records, "bad_records": bad_total}).encode()))
-        from streamdb.runtime.writer import append_rows
-
-        loop = self.engine.loop
-        assert loop is not None
-        asyncio.run_coroutine_threadsafe(append_rows(self.engine, self.rel, rows, rowtimes, extra), loop).result()
+        self.commit(rows, rowtimes, bad, {"files": done})
         self.done = done
-        self.status.records, self.status.bad_records = records, bad_total

@@ -10,7 +10,8 @@ from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import ConfigurationError, StreamDBError
 from streamdb.planner.connectors import mask_text, refuse_file_properties
 from streamdb.runtime.connectors.decode import Decoder, SchemaRegistry
-from streamdb.runtime.connectors.kafka_source import KafkaSource, SourceStatus
+from streamdb.runtime.connectors.kafka_source import KafkaSource
+from streamdb.runtime.connectors.source_base import SourceStatus
 
 if TYPE_CHECKING:
     from streamdb.runtime.engine import Engine
