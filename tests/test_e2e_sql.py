@@ -281,3 +281,31 @@ def test_parameters_without_spaces_between_them(conn, unique):
     conn.execute(f"CREATE STREAM {s} (a INT, b TEXT)")
     conn.execute(f"INSERT INTO {s} VALUES (%s,%s),(%s,%s)", (1, "x", 2, "y"))
     assert rows(conn, f"SELECT a,b FROM {s} WHERE a IN (%s,%s) ORDER BY a", (1, 2)) == [(1, "x"), (2, "y")]
+
+
+def test_prepared_query_reuses_its_plan_and_stays_correct(conn, unique):
+    """A prepared SELECT executed again reuses its plan with new values; after DDL it is planned
+    again; a query big enough for Spark gets its values as literals."""
+    s = f"prep_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id INT, name TEXT)")
+    conn.execute(f"INSERT INTO {s} VALUES (1, 'a'), (2, 'b')")
+    q = f"SELECT name FROM {s} WHERE id = %s OR name = %s ORDER BY name"
+    assert rows_prepared(conn, q, (1, "zz")) == [("a",)]
+    assert rows_prepared(conn, q, (2, "a")) == [("a",), ("b",)]
+    conn.execute(f"INSERT INTO {s} VALUES (3, 'c')")
+    assert rows_prepared(conn, q, (3, "nope")) == [("c",)]
+    conn.execute(f"CREATE OR REPLACE STREAM {s} (id INT, name TEXT, extra INT)")
+    conn.execute(f"INSERT INTO {s} VALUES (3, 'd', 0)")
+    assert rows_prepared(conn, q, (3, "nope")) == [("d",)]
+    conn.execute("SET streamdb.spark_read_threshold_rows = 0")
+    try:
+        assert rows_prepared(conn, q, (3, "x")) == [("d",)]
+        assert rows(conn, "SHOW streamdb.last_query_engine") == [("spark",)]
+    finally:
+        conn.execute("RESET streamdb.spark_read_threshold_rows")
+
+
+def rows_prepared(conn: psycopg.Connection, sql: str, params) -> list[tuple]:
+    with conn.cursor() as cur:
+        cur.execute(sql, params, prepare=True)
+        return cur.fetchall()

@@ -51,6 +51,8 @@ class QueryPlan(Plan):
     # The query with relations resolved to their registered names (Postgres SQL), for
     # runtimes that derive further plans from it (the incremental form of a view).
     resolved_sql: str = ""
+    # Values for the $n placeholders of a prepared query executed again (embedded engine only).
+    params: tuple[Any, ...] = ()
 
     def explain(self) -> str:
         lines = ["Query (snapshot read)"]

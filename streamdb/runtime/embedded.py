@@ -62,10 +62,10 @@ def registered(tables: dict[str, pa.Table]) -> Iterator[duckdb.DuckDBPyConnectio
                 pass
 
 
-def run(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+def run(sql: str, tables: dict[str, pa.Table], params: list[object] | None = None) -> pa.Table:
     with registered(tables) as con:
         try:
-            return con.sql(sql).to_arrow_table()
+            return (con.sql(sql, params=params) if params else con.sql(sql)).to_arrow_table()
         except duckdb.Error as e:
             raise translate_error(e) from None
 

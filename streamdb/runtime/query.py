@@ -55,6 +55,10 @@ def with_planned_columns(table: pa.Table, columns: tuple[tuple[str, T.SqlType], 
     return table
 
 
+class NeedsLiterals(Exception):
+    """A query with parameter values needs Spark, which takes them only as literals."""
+
+
 def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo) -> tuple[str, list[tuple[Any, ...]]]:
     """Returns the engine used and the rows."""
     tables = gather_inputs(engine, plan, session)
@@ -66,15 +70,27 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo) -> tuple
         threshold = int(override)  # per-session override, e.g. to force Spark in tests
     use_spark = (spark is not None and input_rows > threshold
                  and all(not n.startswith("sys_") for n in tables))
+    if use_spark and plan.params:
+        raise NeedsLiterals
     if use_spark:
         assert spark is not None
         spark.wait_ready(timeout=120)
         result = spark.run_query(plan.spark_sql, tables)
         engine_used = "spark"
     else:
-        result = embedded.run(plan.duckdb_sql, tables)
+        result = embedded.run(plan.duckdb_sql, tables, [_duck_value(v) for v in plan.params])
         engine_used = "embedded"
     return engine_used, arrow_to_rows(result, plan.columns)
+
+
+def _duck_value(v: Any) -> Any:
+    """A parameter value as DuckDB binds it (intervals and the like travel as text)."""
+    import datetime as dt
+    import decimal
+
+    if v is None or isinstance(v, (bool, int, float, str, bytes, decimal.Decimal, dt.date, dt.datetime, dt.time)):
+        return v
+    return str(v)
 
 
 async def run(engine: Engine, plan: QueryPlan, session: SessionInfo) -> list[tuple[Any, ...]]:

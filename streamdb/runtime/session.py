@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from streamdb import planner
@@ -17,10 +19,13 @@ from streamdb.errors import (
     UndefinedObject,
 )
 from streamdb.planner import query as query_planner
+from streamdb.planner.coerce import TypedValue, coerce
 from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
 from streamdb.planner.names import normalize as normalize_identifier
+from streamdb.planner.plans import Plan, QueryPlan
 from streamdb.runtime import coordinator
 from streamdb.runtime.api import CopyInRequest, ExecutionResult, PreparedStatement, Statement
+from streamdb.runtime.query import NeedsLiterals
 from streamdb.runtime.statements import copy as copy_runtime
 from streamdb.runtime.statements.context import ExecContext
 from streamdb.sql import ast as S
@@ -81,6 +86,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "query_mode": "auto",
 }
 PARAM_TYPES_KEPT = 256
+_PLACEHOLDER = re.compile(r"\$(\d+)")
 
 REPORTED = {"server_version": "server_version", "server_encoding": "server_encoding",
             "client_encoding": "client_encoding", "datestyle": "DateStyle", "timezone": "TimeZone",
@@ -106,6 +112,8 @@ class EngineSession:
         self.cursors: dict[str, Any] = {}  # name -> statements.cursor.Cursor
         # Parameter types of recently prepared statements, by their AST (oldest first).
         self._param_types: dict[int, tuple[Any, tuple[T.SqlType, ...]]] = {}
+        # Plans of parameterised queries, by statement: (statement, catalog version, types, plan).
+        self._plans: dict[int, tuple[Any, int, tuple[T.SqlType, ...], QueryPlan]] = {}
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
         self.settings = dict(self._defaults)
         if options.get("application_name"):
@@ -200,18 +208,31 @@ class EngineSession:
                 "current transaction is aborted, commands ignored until end of transaction block")
         self._cancelled = False
         try:
+            plan: Plan | None = None
             if params:
                 known = self._param_types.get(id(node))
                 if known is not None and known[0] is node:
                     types = known[1]
                 else:
                     types, _ = planner.describe(node, self._ctx(), [None] * len(params))
-                node = query_planner.bind_parameters(node, params, types)
-            plan = planner.plan(node, self._ctx(), statement.sql)
+                plan = self._prepared_query_plan(node, params, types)
+                if plan is None:
+                    node = query_planner.bind_parameters(node, params, types)
+            if plan is None:
+                plan = planner.plan(node, self._ctx(), statement.sql)
             task = asyncio.ensure_future(coordinator.execute(plan, ExecContext(self.engine, self)))
             self._running = task
             try:
-                return await task
+                try:
+                    return await task
+                except NeedsLiterals:
+                    # A parameterised query too big for the embedded engine: Spark gets the values
+                    # as literals, planned afresh.
+                    bound = query_planner.bind_parameters(node, params or [], types)
+                    task = asyncio.ensure_future(coordinator.execute(
+                        planner.plan(bound, self._ctx(), statement.sql), ExecContext(self.engine, self)))
+                    self._running = task
+                    return await task
             except asyncio.CancelledError:
                 if self._cancelled:
                     raise QueryCanceled("canceling statement due to user request") from None
@@ -232,6 +253,32 @@ class EngineSession:
             log.exception("internal error running %r", statement.sql)
             self._fail()
             raise InternalError(f"internal error: {type(e).__name__}: {e}") from e
+
+    def _prepared_query_plan(self, node: Any, params: list[Any],
+                             types: tuple[T.SqlType, ...]) -> QueryPlan | None:
+        """A query executed again with new parameter values reuses its plan (planning costs
+        milliseconds: typing, rewriting, Spark SQL); the values go to the embedded engine as
+        parameters. None for statements other than queries."""
+        if not isinstance(node, planner.QUERY_TYPES):
+            return None
+        version = self.engine.catalog.snapshot().version
+        key = id(node)
+        cached = self._plans.get(key)
+        if cached is None or cached[0] is not node or cached[1] != version or cached[2] != types:
+            plan = query_planner.plan_query(node, self._ctx(), declared_params=list(types))
+            cached = (node, version, types, plan)
+            self._plans[key] = cached
+            while len(self._plans) > PARAM_TYPES_KEPT:
+                self._plans.pop(next(iter(self._plans)))
+        plan = cached[3]
+        # Only where the embedded engine's SQL takes exactly these placeholders (the rewrites for
+        # catalog functions may fold some away) and reads no system tables.
+        if {int(n) for n in _PLACEHOLDER.findall(plan.duckdb_sql)} != set(range(1, len(params) + 1)) or any(
+                i.relation_id is None for i in plan.inputs):
+            return None
+        values = tuple(coerce(v.value if isinstance(v, TypedValue) else v, t, f"${i + 1}")
+                       for i, (v, t) in enumerate(zip(params, types, strict=False)))
+        return replace(plan, params=values)
 
     def _fail(self) -> None:
         if self.txn_status == "T":
