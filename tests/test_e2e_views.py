@@ -436,3 +436,19 @@ def test_views_created_while_events_arrive_equal_batch(server, conn, unique):
         writer.join()
     check_views(conn, views)
     assert conn.execute(f"SELECT count(*) FROM {s}").fetchone()[0] > 20
+
+
+def test_two_windows_over_different_relations_in_one_view(conn, unique):
+    """Each window function's subquery names its relation apart (their `*` differ)."""
+    p, a = f"wp_{unique}", f"wa_{unique}"
+    conn.execute(f"CREATE STREAM {p} (id INT, name TEXT, ts TIMESTAMP)")
+    conn.execute(f"CREATE STREAM {a} (seller INT, item TEXT, ts TIMESTAMP)")
+    query = (f"SELECT P.id, P.name, P.window_start FROM TUMBLE({p}, ts, INTERVAL '10' SECOND) P "
+             f"JOIN (SELECT seller, window_start FROM TUMBLE({a}, ts, INTERVAL '10' SECOND) "
+             f"GROUP BY seller, window_start) A ON P.id = A.seller AND P.window_start = A.window_start")
+    conn.execute(f"CREATE MATERIALIZED VIEW w2_{unique} AS {query}")
+    conn.execute(f"INSERT INTO {p} VALUES (1, 'ann', '2024-01-01 00:00:01'), (2, 'bob', '2024-01-01 00:00:11')")
+    conn.execute(f"INSERT INTO {a} VALUES (1, 'x', '2024-01-01 00:00:05'), (2, 'y', '2024-01-01 00:00:25')")
+    check_views(conn, {f"w2_{unique}": query})
+    at = __import__("datetime").datetime
+    assert conn.execute(f"SELECT * FROM w2_{unique}").fetchall() == [(1, "ann", at(2024, 1, 1))]

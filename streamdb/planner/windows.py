@@ -50,11 +50,13 @@ def _bucket(ts: exp.Expression, size: float, shift: exp.Expression | None, cast_
 
 
 def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: PlanContext,
-                     ctes: set[str]) -> exp.Expression:
+                     ctes: set[str], src: str = "w_src") -> exp.Expression:
+    """`src` names the relation inside; distinct per window function of a query, since columns
+    of `*` are found by alias."""
     name = str(call.this).upper()
     args = call.expressions
     if name == "SESSION":
-        return _session_subquery(call, alias, ctx, ctes)
+        return _session_subquery(call, alias, ctx, ctes, src)
     want = 3 if name == "TUMBLE" else 4
     if len(args) != want:
         raise FeatureNotSupported(f"{name} takes {want} arguments: relation, time column, "
@@ -74,7 +76,7 @@ def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pla
             ts_type = col.type
     cast_to = "timestamptz" if ts_type is T.TIMESTAMPTZ else "timestamp"
     ts = exp.column(ts_name, quoted=True)
-    source = exp.Table(this=exp.to_identifier(rel_name), alias=exp.TableAlias(this=exp.to_identifier("w_src")))
+    source = exp.Table(this=exp.to_identifier(rel_name), alias=exp.TableAlias(this=exp.to_identifier(src)))
     if name == "TUMBLE":
         size = interval_seconds(args[2], "size")
         start = _bucket(ts, size, None, cast_to)
@@ -92,7 +94,7 @@ def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pla
         start = _bucket(ts, slide, j, cast_to)
         end_index = exp.Sub(this=j.copy(), expression=exp.Literal.number(count))
         end = _bucket(ts, slide, end_index, cast_to)
-        select = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("w_src")),
+        select = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(src)),
                              exp.alias_(start, "window_start"), exp.alias_(end, "window_end"))
                   .from_(source).join(hops, join_type="CROSS"))
     return exp.Subquery(this=select, alias=alias or exp.TableAlias(this=exp.to_identifier(rel_name)))
@@ -123,7 +125,7 @@ def _column_name(node: exp.Expression, what: str) -> str:
 
 
 def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: PlanContext,
-                      ctes: set[str]) -> exp.Expression:
+                      ctes: set[str], src: str = "w_src") -> exp.Expression:
     """SESSION(rel, ts, gap [, key ...]): rows of one key whose event times (in order) are at most
     `gap` apart form a session; window_start = its first ts, window_end = its last ts + gap.
 
@@ -170,11 +172,11 @@ def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pl
 
     ts, prev = col(_TS), col(_PREV)
     partition: list[exp.Expression] = [col(k) for k in keys]
-    source = exp.Table(this=exp.to_identifier(rel_name), alias=exp.TableAlias(this=exp.to_identifier("w_src")))
+    source = exp.Table(this=exp.to_identifier(rel_name), alias=exp.TableAlias(this=exp.to_identifier(src)))
     # 1: each row with the time of the row before it in its key.
-    first = exp.select(*(col(c, "w_src") for c in columns), exp.alias_(col(ts_name, "w_src"), _TS, quoted=True),
-                       exp.alias_(_over(exp.Lag(this=col(ts_name, "w_src")),
-                                        [col(k, "w_src") for k in keys], col(ts_name, "w_src")), _PREV, quoted=True)
+    first = exp.select(*(col(c, src) for c in columns), exp.alias_(col(ts_name, src), _TS, quoted=True),
+                       exp.alias_(_over(exp.Lag(this=col(ts_name, src)),
+                                        [col(k, src) for k in keys], col(ts_name, src)), _PREV, quoted=True)
                        ).from_(source)
     # 2: a new session starts at a key's first row and after every gap wider than `gap`.
     starts = exp.Case(ifs=[exp.If(this=exp.or_(exp.Is(this=ts.copy(), expression=exp.Null()),
@@ -197,7 +199,9 @@ def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pl
 
 def expand_window_functions(ast: exp.Expression, ctx: PlanContext) -> None:
     ctes = {normalize(cte.args["alias"].this) for cte in ast.find_all(exp.CTE) if cte.args.get("alias")}
+    n = 0
     for table in list(ast.find_all(exp.Table)):
         call = table.this
         if isinstance(call, exp.Anonymous) and str(call.this).upper() in WINDOW_FUNCTIONS:
-            table.replace(_window_subquery(call, table.args.get("alias"), ctx, ctes))
+            n += 1
+            table.replace(_window_subquery(call, table.args.get("alias"), ctx, ctes, "w_src" if n == 1 else f"w_src{n}"))
