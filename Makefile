@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-fast lint typecheck slt clean
+.PHONY: install serve test test-fast lint typecheck slt bench bench-quick clean
 
 install: $(STAMP)
 	@scripts/ensure-java.sh
@@ -35,6 +35,17 @@ lint: install
 # Conformance report over RisingWave's sqllogictest files (not part of `make test`).
 slt: install
 	scripts/run-slt.sh
+
+# Benchmarks vs Flink and PostgreSQL (docs/benchmarks.md); matplotlib only here, not for `make test`.
+bench: install
+	@scripts/ensure-psql.sh
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/run.py
+
+bench-quick: install
+	@scripts/ensure-psql.sh
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/run.py --quick
 
 clean:
 	rm -rf $(VENV) streamdb-data .pytest_cache .ruff_cache .mypy_cache
