@@ -86,8 +86,9 @@ _worker_conns: dict[str, psycopg.Connection[Any]] = {}
 def _worker_conn(dsn: str) -> psycopg.Connection[Any]:
     conn = _worker_conns.get(dsn)
     if conn is None or conn.closed:
-        # prepare_threshold=None: nothing is prepared unless a query says prepare=True.
-        conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+        # Nothing is prepared unless a query says prepare=True (each query passes prepare=...):
+        # prepare_threshold=None would disable preparing altogether, prepare=True included.
+        conn = psycopg.connect(dsn, autocommit=True)
         _worker_conns[dsn] = conn
     return conn
 
@@ -101,7 +102,7 @@ def point_worker(task: tuple[str, str, int, int, float, float, float]) -> dict[s
     conn = _worker_conn(dsn)
     if protocol == "simple":
         def query(key: int) -> Any:
-            return conn.execute(f"SELECT v FROM kv WHERE id = {key}").fetchone()
+            return conn.execute(f"SELECT v FROM kv WHERE id = {key}", prepare=False).fetchone()
     else:
         prepare = protocol == "prepared"
 
@@ -157,7 +158,7 @@ class Ingest:
     """Single-client ingest into `ing` of one system; ids continue across figures and runs."""
 
     def __init__(self, dsn: str, batch: int, copy_batch: int) -> None:
-        self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+        self.conn = psycopg.connect(dsn, autocommit=True)  # preparing as each statement says
         self.batch, self.copy_batch = batch, copy_batch
         self.next_id = INGEST_ID_BASE
 

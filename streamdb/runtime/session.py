@@ -112,6 +112,7 @@ class EngineSession:
         self.cursors: dict[str, Any] = {}  # name -> statements.cursor.Cursor
         # Parameter types of recently prepared statements, by their AST (oldest first).
         self._param_types: dict[int, tuple[Any, tuple[T.SqlType, ...]]] = {}
+        self._prepared: dict[tuple[str, int, tuple[T.SqlType | None, ...]], PreparedStatement] = {}
         # Plans of parameterised queries, by statement: (statement, catalog version, types, plan).
         self._plans: dict[int, tuple[Any, int, tuple[T.SqlType, ...], QueryPlan]] = {}
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
@@ -179,6 +180,21 @@ class EngineSession:
         return [Statement(p.sql, p.ast, p.offset) for p in parse_statements(sql)]
 
     def prepare(self, sql: str, param_types: list[T.SqlType | None]) -> PreparedStatement:
+        # Drivers send the same statement text again and again as unnamed statements (Parse,
+        # Bind, Execute each time): the same text at the same catalog version gets the same
+        # statement, so its types and its plan are reused.
+        key = (sql, self.engine.catalog.snapshot().version, tuple(param_types))
+        known = self._prepared.get(key)
+        if known is not None:
+            return known
+        prepared = self._prepare(sql, param_types)
+        if prepared.statement is not None and not isinstance(prepared.statement.ast, S.FetchCursor):
+            self._prepared[key] = prepared
+            while len(self._prepared) > PARAM_TYPES_KEPT:
+                self._prepared.pop(next(iter(self._prepared)))
+        return prepared
+
+    def _prepare(self, sql: str, param_types: list[T.SqlType | None]) -> PreparedStatement:
         statements = self.parse(sql)
         if not statements:
             return PreparedStatement(None, tuple(t or T.TEXT for t in param_types), None)
