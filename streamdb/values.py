@@ -480,9 +480,12 @@ _INT_RE = re.compile(r"\s*[+-]?\d+\s*")
 
 
 def _parse_int(value: str, t: SqlType) -> int:
-    if not _INT_RE.fullmatch(value):
+    if value.isascii() and value.isdigit():
+        number = int(value)  # the common case, without the regex
+    elif not _INT_RE.fullmatch(value):
         raise _syntax_error(t, value)
-    number = int(value)
+    else:
+        number = int(value)
     low, high = _INT_RANGES[t.name]
     if not low <= number <= high:
         raise NumericValueOutOfRange(f'value "{value}" is out of range for type {t}')

@@ -72,6 +72,7 @@ def build_rows(rel: RelationDef, names: tuple[str, ...], rows: list[tuple[Any, .
     full_rows: list[tuple[Any, ...]] = []
     rowtimes: list[dt.datetime] = []
     defaults: dict[str, Any] = {}
+    arrival = _now()  # one arrival time for the rows of one statement
     for r in rows:
         out = []
         for c in rel.columns:
@@ -91,9 +92,9 @@ def build_rows(rel: RelationDef, names: tuple[str, ...], rows: list[tuple[Any, .
             rowtimes.append(_rowtime(r[index["rowtime"]]))
         elif rel.timestamp_column is not None:
             ts = out[[c.name for c in rel.columns].index(rel.timestamp_column)]
-            rowtimes.append(_rowtime(ts) if ts is not None else _now())
+            rowtimes.append(_rowtime(ts) if ts is not None else arrival)
         else:
-            rowtimes.append(_now())
+            rowtimes.append(arrival)
     return full_rows, rowtimes
 
 
