@@ -527,7 +527,7 @@ class ViewMaintainer:
         if eowc_input is not None:
             delta_sql = None  # final windows come from the whole input
             source = catalog.by_id(int(eowc_input))
-            close_until = self.engine.watermarks.watermark(source) if source is not None else None
+            close_until = self.engine.watermarks.watermark(source, snap) if source is not None else None
         if st.partials is False:
             aggregate = None  # maintained by recomputation so far (stored partials would be stale)
         tables, _ = self._query_inputs(plan, delta_sql is not None or aggregate is not None, st.processed,

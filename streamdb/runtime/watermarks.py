@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from streamdb.catalog import RelationDef
-from streamdb.storage.base import Storage
+from streamdb.storage.base import Snapshot, Storage
 
 META = "meta"
 DELAY_KEY = "watermark_delay_seconds"
@@ -83,6 +83,13 @@ class Watermarks:
     def forget(self, rel_id: int) -> None:
         self._states.pop(rel_id, None)
 
-    def watermark(self, rel: RelationDef) -> dt.datetime | None:
+    def watermark(self, rel: RelationDef, snap: Snapshot | None = None) -> dt.datetime | None:
+        """The relation's watermark; at `snap`, the one committed with the events that snapshot
+        holds (the in-memory state is installed only after the commit, a moment later)."""
         delay = delay_of(rel)
-        return None if delay is None else self.state(rel.id).watermark(delay)
+        if delay is None:
+            return None
+        if snap is not None:
+            raw = snap.get(META, _key(rel.id))
+            return (WatermarkState.from_json(raw) if raw else WatermarkState()).watermark(delay)
+        return self.state(rel.id).watermark(delay)
