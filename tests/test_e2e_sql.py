@@ -309,3 +309,28 @@ def rows_prepared(conn: psycopg.Connection, sql: str, params) -> list[tuple]:
     with conn.cursor() as cur:
         cur.execute(sql, params, prepare=True)
         return cur.fetchall()
+
+
+def test_copy_into_a_stream_fast_and_careful_paths_agree(conn, unique):
+    """Plain integer/text data goes through pyarrow's reader; escapes, bad values and empty
+    integers take the row-by-row path, with Postgres's errors; both give the same rows."""
+    s = f"cp_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id BIGINT, n INT, name TEXT) WITH (partitions = 3)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {s}_v AS SELECT count(*) AS c, sum(n) AS total FROM {s}")
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY {s} FROM STDIN") as cp:
+            cp.write("".join(f"{i}\t{i % 7}\tname {i}\n" for i in range(1000)))
+            cp.write("1000\t\\N\t\n1001\t3\t\\N\n")
+        with cur.copy(f"COPY {s} FROM STDIN") as cp:
+            cp.write("2000\t1\ttab\\there\n2001\t2\tback\\\\slash\n")  # escapes: the careful path
+    got = dict(conn.execute(f"SELECT id, name FROM {s} WHERE id >= 999").fetchall())
+    assert got == {999: "name 999", 1000: "", 1001: None, 2000: "tab\there", 2001: "back\\slash"}
+    assert conn.execute(f"SELECT count(*), sum(n), count(n) FROM {s}").fetchone() == (1004, 3003, 1003)
+    for bad, state in (("1\t99999999999\tx\n", "22003"), ("1\tabc\tx\n", "22P02"), ("1\t\tx\n", "22P02"),
+                       ("1\t2\n", "22P04")):
+        with pytest.raises(psycopg.Error) as e:
+            with conn.cursor() as cur, cur.copy(f"COPY {s} FROM STDIN") as cp:
+                cp.write(bad)
+        assert e.value.sqlstate == state, (bad, e.value.sqlstate, str(e.value))
+    conn.execute("FLUSH")
+    assert conn.execute(f"SELECT * FROM {s}_v").fetchone() == (1004, 3003)

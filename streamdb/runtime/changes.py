@@ -81,9 +81,13 @@ def encode_batch(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[d
     arrays.append(pa.array(weights, pa.int64()))
     if rel.kind != "stream":
         arrays.append(pa.array(rowkeys or [b""] * len(rows), pa.binary()))
-    table = pa.Table.from_arrays(arrays, schema=schema)
+    return encode_table(pa.Table.from_arrays(arrays, schema=schema))
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """A change batch already in the log's schema (batch_schema), as stored."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 

@@ -16,6 +16,7 @@ import zlib
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import sqlglot
 
 from streamdb import types as T
@@ -188,6 +189,33 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
     await engine.storage.commit_async(commit)
     engine.notify_write(rel.id)
     return len(rows)
+
+
+async def append_arrow(engine: Engine, rel: RelationDef, table: pa.Table) -> int:
+    """Append rows already in Arrow (columns in the stream's order and types) to a keyless typed
+    stream without a watermark: the log's batches are built from the columns, not row by row."""
+    n = table.num_rows
+    if n == 0:
+        return 0
+    arrival = _now()
+    columns = [table.column(i).cast(c.type.arrow()) for i, c in enumerate(rel.columns)]
+    commit = Commit()
+    parts = rel.partitions
+    size = -(-n // parts)
+    first = next(_round_robin) % parts
+    for k in range(parts):
+        start = k * size
+        if start >= n:
+            break
+        length = min(size, n - start)
+        chunk = [col.slice(start, length) for col in columns]
+        rowtime = pa.array([arrival] * length, pa.timestamp("us", tz="UTC"))
+        weight = pa.array([1] * length, pa.int64())
+        batch = pa.Table.from_arrays([*chunk, rowtime, weight], schema=C.batch_schema(rel))
+        commit.appends.append(Append(rel.id, (first + k) % parts, C.encode_table(batch), length))
+    await engine.storage.commit_async(commit)
+    engine.notify_write(rel.id)
+    return n
 
 
 async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[Any, ...]],

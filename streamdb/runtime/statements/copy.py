@@ -7,12 +7,17 @@ import io
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pyarrow as pa
+
+from streamdb import types as T
 from streamdb import values
+from streamdb.catalog import RelationDef
 from streamdb.errors import DataException, UndefinedTable
 from streamdb.planner.plans import CopyFromPlan, CopyToPlan
 from streamdb.runtime import query, writer
 from streamdb.runtime.api import CopyInRequest, ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
+from streamdb.runtime.watermarks import delay_of
 
 _TEXT_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "\\": "\\"}
 
@@ -81,9 +86,50 @@ async def finish_copy_in(request: CopyInRequest, data: bytes, ctx: ExecContext) 
     rel = ctx.engine.catalog.snapshot().by_id(plan.relation_id)
     if rel is None:
         raise UndefinedTable(f'relation "{plan.relation_name}" does not exist')
+    table = fast_copy_table(plan, rel, data)
+    if table is not None:
+        n = await writer.append_arrow(ctx.engine, rel, table)
+        return ExecutionResult(f"COPY {n}")
     rows = parse_copy_data(plan, data)
     n = await writer.insert_rows(ctx.engine, rel, plan.target_columns, rows, "rowtime" in plan.target_columns)
     return ExecutionResult(f"COPY {n}")
+
+
+_FAST_TYPES = (T.SMALLINT, T.INTEGER, T.BIGINT, T.TEXT, T.VARCHAR)
+
+
+def fast_copy_table(plan: CopyFromPlan, rel: RelationDef, data: bytes) -> pa.Table | None:
+    """COPY ... FROM STDIN in text format into a plain typed stream, parsed by pyarrow's CSV
+    reader straight into Arrow columns (the log's own format), when nothing in the data or the
+    stream needs more than that: integer and text columns, every column given in order, no
+    escapes but \\N for NULL, no record key, no watermark, no NOT NULL. Anything else (or any
+    parse error, for its Postgres-style message) takes the row-by-row path."""
+    if (plan.format != "text" or plan.header or plan.null != "\\N" or rel.kind != "stream" or rel.schemaless
+            or rel.key_columns or delay_of(rel) is not None
+            or list(plan.target_columns) != [c.name for c in rel.columns]
+            or any(c.type not in _FAST_TYPES or not c.nullable for c in rel.columns)
+            or len(plan.delimiter) != 1):
+        return None
+    if b"\\" in data.replace(b"\\N", b"") or b"\r" in data:
+        return None
+    body = data[:-3] if data.endswith(b"\\.\n") else data
+    if not body.strip():
+        return None
+    import pyarrow.csv as pacsv
+
+    names = [c.name for c in rel.columns]
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(body),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
+            parse_options=pacsv.ParseOptions(delimiter=plan.delimiter, quote_char=False, escape_char=False,
+                                             newlines_in_values=False),
+            convert_options=pacsv.ConvertOptions(column_types={c.name: c.type.arrow() for c in rel.columns},
+                                                 null_values=["\\N"], strings_can_be_null=True,
+                                                 quoted_strings_can_be_null=False))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None  # the row-by-row path reports it as Postgres would
+    return table
 
 
 def _escape_text(s: str, delimiter: str) -> str:
