@@ -334,3 +334,20 @@ def test_copy_into_a_stream_fast_and_careful_paths_agree(conn, unique):
         assert e.value.sqlstate == state, (bad, e.value.sqlstate, str(e.value))
     conn.execute("FLUSH")
     assert conn.execute(f"SELECT * FROM {s}_v").fetchone() == (1004, 3003)
+
+
+def test_copy_csv_with_timestamps_and_booleans_into_a_stream(conn, unique):
+    s = f"cpc_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id INT, at TIMESTAMPTZ, ok BOOLEAN, note TEXT)")
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY {s} FROM STDIN WITH (FORMAT csv)") as cp:
+            cp.write('1,2024-01-01T00:00:00.5Z,true,"a, b"\n2,2024-01-01 05:00:00+05:00,f,""\n3,,,\n')
+        with cur.copy(f"COPY {s} FROM STDIN WITH (FORMAT csv, HEADER true)") as cp:
+            cp.write('id,at,ok,note\n4,2024-01-02 00:00:00,yes,"multi\nline"\n')  # naive time, yes: careful path
+    utc = __import__("datetime").timezone.utc
+    at = __import__("datetime").datetime
+    assert conn.execute(f"SELECT * FROM {s} ORDER BY id").fetchall() == [
+        (1, at(2024, 1, 1, 0, 0, 0, 500000, tzinfo=utc), True, "a, b"),
+        (2, at(2024, 1, 1, tzinfo=utc), False, ""),
+        (3, None, None, None),
+        (4, at(2024, 1, 2, tzinfo=utc), True, "multi\nline")]

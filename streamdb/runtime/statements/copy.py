@@ -95,22 +95,26 @@ async def finish_copy_in(request: CopyInRequest, data: bytes, ctx: ExecContext) 
     return ExecutionResult(f"COPY {n}")
 
 
-_FAST_TYPES = (T.SMALLINT, T.INTEGER, T.BIGINT, T.TEXT, T.VARCHAR)
+_FAST_TYPES = (T.SMALLINT, T.INTEGER, T.BIGINT, T.TEXT, T.VARCHAR, T.BOOLEAN, T.TIMESTAMPTZ)
 
 
 def fast_copy_table(plan: CopyFromPlan, rel: RelationDef, data: bytes) -> pa.Table | None:
-    """COPY ... FROM STDIN in text format into a plain typed stream, parsed by pyarrow's CSV
+    """COPY ... FROM STDIN (text or CSV) into a plain typed stream, parsed by pyarrow's CSV
     reader straight into Arrow columns (the log's own format), when nothing in the data or the
-    stream needs more than that: integer and text columns, every column given in order, no
-    escapes but \\N for NULL, no record key, no watermark, no NOT NULL. Anything else (or any
-    parse error, for its Postgres-style message) takes the row-by-row path."""
-    if (plan.format != "text" or plan.header or plan.null != "\\N" or rel.kind != "stream" or rel.schemaless
-            or rel.key_columns or delay_of(rel) is not None
+    stream needs more than that: integer, text, boolean and timestamptz columns, every column
+    given in order, in text format no escapes but \\N for NULL, no record key, event-time column,
+    watermark or NOT NULL. Anything else (or any parse error, for its Postgres-style message)
+    takes the row-by-row path."""
+    if (plan.format not in ("text", "csv") or rel.kind != "stream" or rel.schemaless
+            or rel.key_columns or delay_of(rel) is not None or rel.timestamp_column is not None
             or list(plan.target_columns) != [c.name for c in rel.columns]
             or any(c.type not in _FAST_TYPES or not c.nullable for c in rel.columns)
-            or len(plan.delimiter) != 1):
+            or len(plan.delimiter) != 1 or b"\r" in data):
         return None
-    if b"\\" in data.replace(b"\\N", b"") or b"\r" in data:
+    csv_format = plan.format == "csv"
+    if not csv_format and (plan.header or plan.null != "\\N" or b"\\" in data.replace(b"\\N", b"")):
+        return None
+    if csv_format and (len(plan.quote) != 1 or len(plan.escape) != 1):
         return None
     body = data[:-3] if data.endswith(b"\\.\n") else data
     if not body.strip():
@@ -118,15 +122,24 @@ def fast_copy_table(plan: CopyFromPlan, rel: RelationDef, data: bytes) -> pa.Tab
     import pyarrow.csv as pacsv
 
     names = [c.name for c in rel.columns]
+    if csv_format:
+        # Postgres CSV: NULL is an unquoted empty field (or the NULL string), "" an empty string.
+        parse = pacsv.ParseOptions(delimiter=plan.delimiter, quote_char=plan.quote,
+                                   double_quote=plan.escape == plan.quote,
+                                   escape_char=False if plan.escape == plan.quote else plan.escape,
+                                   newlines_in_values=True)
+    else:
+        parse = pacsv.ParseOptions(delimiter=plan.delimiter, quote_char=False, escape_char=False,
+                                   newlines_in_values=False)
     try:
         table = pacsv.read_csv(
             io.BytesIO(body),
-            read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
-            parse_options=pacsv.ParseOptions(delimiter=plan.delimiter, quote_char=False, escape_char=False,
-                                             newlines_in_values=False),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False, skip_rows=1 if plan.header else 0),
+            parse_options=parse,
             convert_options=pacsv.ConvertOptions(column_types={c.name: c.type.arrow() for c in rel.columns},
-                                                 null_values=["\\N"], strings_can_be_null=True,
-                                                 quoted_strings_can_be_null=False))
+                                                 null_values=[plan.null], strings_can_be_null=True,
+                                                 quoted_strings_can_be_null=False,
+                                                 true_values=["true", "t"], false_values=["false", "f"]))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None  # the row-by-row path reports it as Postgres would
     return table
