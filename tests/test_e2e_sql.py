@@ -297,6 +297,13 @@ def test_prepared_query_reuses_its_plan_and_stays_correct(conn, unique):
     conn.execute(f"CREATE OR REPLACE STREAM {s} (id INT, name TEXT, extra INT)")
     conn.execute(f"INSERT INTO {s} VALUES (3, 'd', 0)")
     assert rows_prepared(conn, q, (3, "nope")) == [("d",)]
+    # Planning reads session settings: a SET is seen by the next execution.
+    conn.execute("SET application_name = 'before'")
+    setting = "SELECT current_setting('application_name'), %s::int"
+    assert rows_prepared(conn, setting, (1,)) == [("before", 1)]
+    conn.execute("SET application_name = 'after'")
+    assert rows_prepared(conn, setting, (2,)) == [("after", 2)]
+    assert rows(conn, setting, (3,)) == [("after", 3)]
     conn.execute("SET streamdb.spark_read_threshold_rows = 0")
     try:
         assert rows_prepared(conn, q, (3, "x")) == [("d",)]

@@ -112,9 +112,9 @@ class EngineSession:
         self.cursors: dict[str, Any] = {}  # name -> statements.cursor.Cursor
         # Parameter types of recently prepared statements, by their AST (oldest first).
         self._param_types: dict[int, tuple[Any, tuple[T.SqlType, ...]]] = {}
-        self._prepared: dict[tuple[str, int, tuple[T.SqlType | None, ...]], PreparedStatement] = {}
+        self._prepared: dict[tuple[str, int, tuple[T.SqlType | None, ...], int], PreparedStatement] = {}
         # Plans of parameterised queries, by statement: (statement, catalog version, types, plan).
-        self._plans: dict[int, tuple[Any, int, tuple[T.SqlType, ...], QueryPlan]] = {}
+        self._plans: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...], QueryPlan]] = {}
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
         self.settings = dict(self._defaults)
         if options.get("application_name"):
@@ -183,7 +183,7 @@ class EngineSession:
         # Drivers send the same statement text again and again as unnamed statements (Parse,
         # Bind, Execute each time): the same text at the same catalog version gets the same
         # statement, so its types and its plan are reused.
-        key = (sql, self.engine.catalog.snapshot().version, tuple(param_types))
+        key = (sql, self.engine.catalog.snapshot().version, tuple(param_types), self._settings_key())
         known = self._prepared.get(key)
         if known is not None:
             return known
@@ -277,7 +277,8 @@ class EngineSession:
         parameters. None for statements other than queries."""
         if not isinstance(node, planner.QUERY_TYPES):
             return None
-        version = self.engine.catalog.snapshot().version
+        # Planning reads the catalog and the session's settings (current_setting, current_user).
+        version = (self.engine.catalog.snapshot().version, self._settings_key())
         key = id(node)
         cached = self._plans.get(key)
         if cached is None or cached[0] is not node or cached[1] != version or cached[2] != types:
@@ -295,6 +296,10 @@ class EngineSession:
         values = tuple(coerce(v.value if isinstance(v, TypedValue) else v, t, f"${i + 1}")
                        for i, (v, t) in enumerate(zip(params, types, strict=False)))
         return replace(plan, params=values)
+
+    def _settings_key(self) -> int:
+        """Changes when a setting planning can read changes (not the engine-used marker)."""
+        return hash(tuple(sorted((k, v) for k, v in self.settings.items() if k != "streamdb.last_query_engine")))
 
     def _fail(self) -> None:
         if self.txn_status == "T":
