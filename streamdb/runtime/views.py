@@ -130,13 +130,10 @@ class _Work:
         return (*self.plan.columns, _WEIGHT_COLUMN) if self.delta_sql is not None else self.plan.columns
 
 
-# One Spark job for many views: each view's rows as JSON text, tagged with the view's slot.
-_JSON_OPTIONS = JSON_OPTIONS
-
-
 def _union_sql(work: list[_Work]) -> str:
+    """One Spark job for many views: each view's rows as JSON text, tagged with its slot."""
     return " UNION ALL ".join(
-        f"SELECT {slot} AS __v, to_json(struct(*), {_JSON_OPTIONS}) AS __r FROM ({w.sql}) AS __q{slot}"
+        f"SELECT {slot} AS __v, to_json(struct(*), {JSON_OPTIONS}) AS __r FROM ({w.sql}) AS __q{slot}"
         for slot, w in enumerate(work))
 
 

@@ -44,7 +44,7 @@ def _connector_rows(ctx: ExecContext, kind: str) -> list[tuple[object, ...]]:
         return rows
     for sink in catalog.objects_of("sink"):
         opts = dict(sink.options)
-        sink_st = ctx.engine.sinks.status(sink.id) if hasattr(ctx.engine, "sinks") else None
+        sink_st = ctx.engine.sinks.status(sink.id)
         rows.append((sink.name, opts.get("from"), opts.get("connector"), sink_st.state if sink_st else "stopped",
                      sink_st.changes if sink_st else 0, sink_st.last_error if sink_st else None))
     return rows
