@@ -40,6 +40,18 @@ class RelationInput:
 
 
 @dataclass(frozen=True)
+class PointLookup:
+    """A query that is a lookup by key (planner/lookup.py): answered from a hash index."""
+
+    relation_id: int
+    output_columns: tuple[str, ...]
+    key_columns: tuple[str, ...]
+    # Per key column: the parameter it takes ($n), or 0 and the literal in key_literals.
+    key_params: tuple[int, ...]
+    key_literals: tuple[int | str | None, ...]
+
+
+@dataclass(frozen=True)
 class QueryPlan(Plan):
     """An ad hoc query over a consistent snapshot."""
 
@@ -53,13 +65,19 @@ class QueryPlan(Plan):
     resolved_sql: str = ""
     # Values for the $n placeholders of a prepared query executed again (embedded engine only).
     params: tuple[Any, ...] = ()
+    # Set when the query is a lookup by key: the runtime answers it from an index.
+    lookup: PointLookup | None = None
 
     def explain(self) -> str:
         lines = ["Query (snapshot read)"]
         for i in self.inputs:
             src = f"relation {i.relation_id}" if i.relation_id is not None else i.system_key
             lines.append(f"  input {i.registered_name}: {src} ({i.mode})")
-        lines.append("  engine: embedded (DuckDB) below the Spark read threshold, Spark above it")
+        if self.lookup is not None:
+            keys = ", ".join(self.lookup.key_columns)
+            lines.append(f"  engine: index lookup on ({keys}) over the cached rows")
+        else:
+            lines.append("  engine: embedded (DuckDB) below the Spark read threshold, Spark above it")
         lines.append(f"  embedded SQL: {self.duckdb_sql}")
         lines.append(f"  Spark SQL: {self.spark_sql}")
         return "\n".join(lines)

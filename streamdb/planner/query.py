@@ -17,6 +17,7 @@ from streamdb.catalog import RelationDef
 from streamdb.errors import UndefinedColumn, UndefinedTable
 from streamdb.planner import pg_functions
 from streamdb.planner.context import PlanContext
+from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.plans import QueryPlan, RelationInput
 from streamdb.planner.typing import describe_query
@@ -341,7 +342,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     duck_sql = pg_functions.rewrite_for_duckdb(query.copy(), ctx).sql(dialect="duckdb")
     spark_sql = spark_sql_for(query, inputs)
     return QueryPlan(duckdb_sql=duck_sql, spark_sql=spark_sql, inputs=inputs, columns=columns,
-                     param_types=param_types, resolved_sql=query.sql(dialect="streamdb"))
+                     param_types=param_types, resolved_sql=query.sql(dialect="streamdb"),
+                     lookup=point_lookup(query, inputs, param_types, ctx))
 
 
 _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)

@@ -34,6 +34,8 @@ class Statement:
     sql: str
     ast: Any
     offset: int = 0  # where `sql` starts in the original query string (for error positions)
+    # Values for the $n of `ast` when it is the template of literal SQL (sql/literals.py).
+    params: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from streamdb.planner.plans import QueryPlan
 from streamdb.runtime import embedded, system_catalog
 from streamdb.runtime.api import Column
 from streamdb.runtime.changes import from_arrow_value
+from streamdb.runtime.reader import KeyIndex
 
 if TYPE_CHECKING:
     from streamdb.runtime.engine import Engine
@@ -83,6 +84,38 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo) -> tuple
     return engine_used, arrow_to_rows(result, plan.columns)
 
 
+def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[Any, ...]] | None:
+    """A point lookup answered from the relation's hash index. Without `build`, None unless the
+    index is current (then it costs microseconds, fit for the event loop)."""
+    lookup = plan.lookup
+    assert lookup is not None
+    rel = engine.catalog.snapshot().by_id(lookup.relation_id)
+    if rel is None:
+        raise UndefinedTable(f"relation {lookup.relation_id} was dropped while the query ran")
+    if build:
+        with engine.storage.snapshot() as snap:
+            index: KeyIndex | None = engine.reader.key_index(rel, snap, lookup.key_columns)
+    else:
+        offsets = tuple(engine.storage.committed_end_offset(rel.id, p) for p in range(rel.partitions))
+        index = engine.reader.current_key_index(rel, offsets, lookup.key_columns)  # type: ignore[arg-type]
+    if index is None:
+        return None
+    values = tuple(plan.params[p - 1] if p else v for p, v in zip(lookup.key_params, lookup.key_literals,
+                                                                  strict=True))
+    # NULL equals nothing, itself included.
+    positions = () if None in values else index.positions.get(values[0] if len(values) == 1 else values, ())
+    if not positions:
+        return []
+    end = index.table.num_rows  # an index extended for a newer table holds rows past this one
+    out = []
+    for name, col in zip(lookup.output_columns, plan.columns, strict=True):
+        raw = index.values(name)
+        convert = value_converter(index.table.schema.field(name).type, col.type)
+        picked = [raw[p] for p in positions if p < end]
+        out.append(picked if convert is None else [convert(v) for v in picked])
+    return list(zip(*out, strict=True))
+
+
 def _duck_value(v: Any) -> Any:
     """A parameter value as DuckDB binds it (intervals and the like travel as text)."""
     import datetime as dt
@@ -99,6 +132,13 @@ async def run(engine: Engine, plan: QueryPlan, session: SessionInfo) -> list[tup
 
 async def run_reporting_engine(engine: Engine, plan: QueryPlan,
                                session: SessionInfo) -> tuple[str, list[tuple[Any, ...]]]:
+    if plan.lookup is not None:
+        # A current index answers on the event loop: a thread hop would cost more than the lookup.
+        rows = lookup_rows(engine, plan, build=False)
+        if rows is None:
+            rows = await asyncio.to_thread(lookup_rows, engine, plan, build=True)
+        assert rows is not None
+        return "index", rows
     return await asyncio.to_thread(run_blocking, engine, plan, session)
 
 
@@ -117,22 +157,25 @@ def _pg_array_text(v: list[Any]) -> str:
     return "{" + ",".join(item(x) for x in v) + "}"
 
 
+def value_converter(arrow_type: pa.DataType, t: T.SqlType) -> Any:
+    """What turns a column's Python values (to_pylist) into the values clients get; None: as they are."""
+    if (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and \
+            not isinstance(t, T.ArraySqlType):
+        return lambda v: None if v is None else _pg_array_text(v)
+    if pa.types.is_struct(arrow_type) or pa.types.is_map(arrow_type):
+        import json
+
+        return lambda v: None if v is None else json.dumps(v, default=str)
+    if t is T.INTERVAL or t is T.NUMERIC:
+        return lambda v: from_arrow_value(v, t)
+    return None
+
+
 def arrow_to_rows(table: pa.Table, columns: tuple[Column, ...]) -> list[tuple[Any, ...]]:
     cols: list[list[Any]] = []
     for i, col in enumerate(columns):
         arr = table.column(i)
         values = arr.to_pylist()
-        t = col.type
-        if (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)) and \
-                not isinstance(t, T.ArraySqlType):
-            values = [None if v is None else _pg_array_text(v) for v in values]
-        elif pa.types.is_struct(arr.type) or pa.types.is_map(arr.type):
-            import json
-
-            values = [None if v is None else json.dumps(v, default=str) for v in values]
-        elif t is T.INTERVAL or t is T.NUMERIC:
-            values = [from_arrow_value(v, t) for v in values]
-        elif t is T.TIMESTAMPTZ:
-            pass
-        cols.append(values)
+        convert = value_converter(arr.type, col.type)
+        cols.append(values if convert is None else [convert(v) for v in values])
     return list(zip(*cols, strict=True)) if cols else [() for _ in range(table.num_rows)]

@@ -52,12 +52,17 @@ class RelationReader:
         self._lock = threading.Lock()
         self._partitions: dict[tuple[int, int], _PartitionCache] = {}
         self._tables: dict[int, tuple[tuple[int, ...], pa.Table]] = {}
+        # Hash indexes for point lookups, by (relation, key columns): the cached table they
+        # index and key -> row positions in it.
+        self._indexes: dict[tuple[int, tuple[str, ...]], KeyIndex] = {}
 
     def forget(self, rel_id: int) -> None:
         with self._lock:
             for k in [k for k in self._partitions if k[0] == rel_id]:
                 del self._partitions[k]
             self._tables.pop(rel_id, None)
+            for key in [key for key in self._indexes if key[0] == rel_id]:
+                del self._indexes[key]
 
     def end_offsets(self, rel: RelationDef, snap: Snapshot) -> tuple[int, ...]:
         return tuple(snap.end_offset(rel.id, p) for p in range(rel.partitions))
@@ -155,6 +160,31 @@ class RelationReader:
             self._tables[rel.id] = (offsets, table)
         return table
 
+    def key_index(self, rel: RelationDef, snap: Snapshot, columns: tuple[str, ...]) -> KeyIndex:
+        """The relation's current rows indexed by `columns`, built if need be."""
+        table = self.read_state(rel, snap)
+        with self._lock:
+            index = self._indexes.get((rel.id, columns))
+        if index is not None and index.table is table:
+            return index
+        index = KeyIndex(table, columns)
+        with self._lock:
+            self._indexes[(rel.id, columns)] = index
+        return index
+
+    def current_key_index(self, rel: RelationDef, offsets: tuple[int | None, ...],
+                          columns: tuple[str, ...]) -> KeyIndex | None:
+        """The index by `columns` if it is built over the rows at `offsets` (the latest committed
+        ones), else None: what the event loop may answer from without touching disk."""
+        if None in offsets:
+            return None
+        with self._lock:
+            cached = self._tables.get(rel.id)
+            index = self._indexes.get((rel.id, columns))
+        if cached is None or cached[0] != offsets or index is None or index.table is not cached[1]:
+            return None
+        return index
+
     def _grown_view(self, rel: RelationDef, snap: Snapshot, cached: tuple[tuple[int, ...], pa.Table],
                     offsets: tuple[int, ...]) -> pa.Table | None:
         """A view whose changes since the cached table only add rows (a filter over a stream, say)
@@ -176,9 +206,18 @@ class RelationReader:
             log = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
             repeat = [i for i, w in enumerate(weights) for _ in range(w)]
             added = log.select([*(c.name for c in rel.columns), C.ROWKEY]).take(pa.array(repeat, pa.int64()))
-            table = pa.concat_tables([table, added.cast(table.schema)])
-            if table.num_columns and table.column(0).num_chunks > 64:
-                table = table.combine_chunks()
+            added = added.cast(table.schema)
+            grown = pa.concat_tables([table, added])
+            if grown.num_columns and grown.column(0).num_chunks > 64:
+                grown = grown.combine_chunks()
+            with self._lock:
+                # Indexes of the old rows stay valid (the new rows come after them): extend them.
+                # Readers still holding the old table skip positions past its end.
+                for key, index in self._indexes.items():
+                    if key[0] == rel.id and index.table is table:
+                        index.extend(grown, added)
+                self._tables[rel.id] = (offsets, grown)
+            return grown
         with self._lock:
             self._tables[rel.id] = (offsets, table)
         return table
@@ -208,6 +247,47 @@ class RelationReader:
         cols = [log.column(c.name) for c in rel.columns]
         names = ["op", C.ROWTIME, *(c.name for c in rel.columns)]
         return pa.Table.from_arrays([ops, log.column(C.ROWTIME), *cols], names=names)
+
+
+class KeyIndex:
+    """A cached table's rows by the values of some columns (a scalar key for one column, a
+    tuple for several), and its columns as Python values, converted once per column read."""
+
+    __slots__ = ("table", "columns", "positions", "_values")
+
+    def __init__(self, table: pa.Table, columns: tuple[str, ...]) -> None:
+        self.table = table
+        self.columns = columns
+        self.positions: dict[Any, list[int]] = {}
+        self._values: dict[str, list[Any]] = {}
+        self._add(table, 0)
+
+    def values(self, column: str) -> list[Any]:
+        values = self._values.get(column)
+        if values is None:
+            values = self._values[column] = self.table.column(column).to_pylist()
+        return values
+
+    def extend(self, grown: pa.Table, added: pa.Table) -> None:
+        """`grown` is the indexed table with `added` after it: positions so far stay valid.
+        Readers still holding the old table skip positions past its end."""
+        self._add(added, self.table.num_rows)
+        for name, values in self._values.items():
+            values.extend(added.column(name).to_pylist())
+        self.table = grown
+
+    def _add(self, table: pa.Table, first: int) -> None:
+        if len(self.columns) == 1:
+            keys: Any = table.column(self.columns[0]).to_pylist()
+        else:
+            keys = zip(*(table.column(c).to_pylist() for c in self.columns), strict=True)
+        positions = self.positions
+        for i, key in enumerate(keys, first):
+            found = positions.get(key)
+            if found is None:
+                positions[key] = [i]
+            else:
+                found.append(i)
 
 
 def _json_value(v: Any, t: T.SqlType) -> Any:

@@ -29,6 +29,7 @@ from streamdb.runtime.query import NeedsLiterals
 from streamdb.runtime.statements import copy as copy_runtime
 from streamdb.runtime.statements.context import ExecContext
 from streamdb.sql import ast as S
+from streamdb.sql.literals import Template, templatize
 from streamdb.sql.parser import parse_statements
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "query_mode": "auto",
 }
 PARAM_TYPES_KEPT = 256
+TEMPLATE_MAX_CHARS = 2000  # longer texts are rarely repeated lookups; scanning them costs
+_INT_RANGES = {T.SMALLINT: 2**15, T.INTEGER: 2**31, T.BIGINT: 2**63}
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
 REPORTED = {"server_version": "server_version", "server_encoding": "server_encoding",
@@ -125,6 +128,10 @@ class EngineSession:
                 self.settings[k] = v
         self._running: asyncio.Task[Any] | None = None
         self._cancelled = False
+        self._settings_hash: int | None = None
+        # Shapes of literal SQL: text with $n -> (catalog version and settings, the statement
+        # with $n when it may run with the literals as parameters, literal kinds, parameter types).
+        self._templates: dict[str, tuple[Any, ...]] = {}
 
     # ---- settings ------------------------------------------------------------------------
 
@@ -160,6 +167,7 @@ class EngineSession:
         if name == "client_encoding" and value.upper().replace("-", "") not in ("UTF8", "UNICODE"):
             raise FeatureNotSupported(f'client encoding "{value}" is not supported; use UTF8')
         self.settings[name] = value
+        self._settings_hash = None
         return {REPORTED[name]: value} if name in REPORTED else {}
 
     def implicit_flush(self) -> bool:
@@ -170,6 +178,7 @@ class EngineSession:
         app = self.settings.get("application_name", "")
         self.settings = dict(self._defaults)
         self.settings["application_name"] = app
+        self._settings_hash = None
 
     # ---- statements ------------------------------------------------------------------------
 
@@ -177,7 +186,58 @@ class EngineSession:
         return PlanContext(self.engine.catalog.snapshot(), self.info())
 
     def parse(self, sql: str) -> list[Statement]:
-        return [Statement(p.sql, p.ast, p.offset) for p in parse_statements(sql)]
+        template = templatize(sql) if len(sql) <= TEMPLATE_MAX_CHARS else None
+        if template is not None:
+            hit = self._template_statement(sql, template)
+            if hit is not None:
+                return [hit]
+        statements = [Statement(p.sql, p.ast, p.offset) for p in parse_statements(sql)]
+        if template is not None and len(statements) == 1:
+            self._learn_template(template, statements[0])
+        return statements
+
+    # Literal SQL (the simple protocol) of a shape seen before runs its cached plan with the
+    # literals as parameters, where that means exactly what the literal text means: point
+    # lookups, whose every parameter is a key compared for equality with a column of its kind.
+
+    def _template_statement(self, sql: str, template: Template) -> Statement | None:
+        known = self._templates.get(template.sql)
+        if known is None or known[0] != self._template_version():
+            return None
+        statement, kinds, types = known[1], known[2], known[3]
+        if statement is None or kinds != template.kinds:
+            return None
+        if not all(_fits(v, t) for v, t in zip(template.values, types, strict=True)):
+            return None  # out of the column type's range: the full path compares as Postgres does
+        return Statement(sql, statement.ast, 0, template.values)
+
+    def _learn_template(self, template: Template, literal: Statement) -> None:
+        """Remember whether this shape may skip parsing from now on (a point lookup)."""
+        version = self._template_version()
+        known = self._templates.get(template.sql)
+        if known is not None and known[0] == version:
+            return
+        entry: tuple[Any, ...] = (version, None, (), ())
+        if isinstance(literal.ast, planner.QUERY_TYPES):
+            try:
+                prepared = self.prepare(template.sql, [None] * len(template.values))
+                assert prepared.statement is not None
+                plan = query_planner.plan_query(prepared.statement.ast, self._ctx(),
+                                                declared_params=list(prepared.param_types))
+            except StreamDBError:
+                plan = None
+            types = prepared.param_types if plan is not None else ()
+            lookup = plan.lookup if plan is not None else None
+            if lookup is not None and sorted(lookup.key_params) == list(range(1, len(template.values) + 1)) and \
+                    all(T.is_integer(t) if k == "number" else t in (T.TEXT, T.VARCHAR)
+                        for k, t in zip(template.kinds, types, strict=True)):
+                entry = (version, prepared.statement, template.kinds, types)
+        self._templates[template.sql] = entry
+        while len(self._templates) > PARAM_TYPES_KEPT:
+            self._templates.pop(next(iter(self._templates)))
+
+    def _template_version(self) -> tuple[int, int]:
+        return (self.engine.catalog.snapshot().version, self._settings_key())
 
     def prepare(self, sql: str, param_types: list[T.SqlType | None]) -> PreparedStatement:
         # Drivers send the same statement text again and again as unnamed statements (Parse,
@@ -223,6 +283,8 @@ class EngineSession:
             raise InFailedTransaction(
                 "current transaction is aborted, commands ignored until end of transaction block")
         self._cancelled = False
+        if params is None and statement.params is not None:
+            params = list(statement.params)
         try:
             plan: Plan | None = None
             if params:
@@ -299,7 +361,10 @@ class EngineSession:
 
     def _settings_key(self) -> int:
         """Changes when a setting planning can read changes (not the engine-used marker)."""
-        return hash(tuple(sorted((k, v) for k, v in self.settings.items() if k != "streamdb.last_query_engine")))
+        if self._settings_hash is None:
+            self._settings_hash = hash(tuple(sorted(
+                (k, v) for k, v in self.settings.items() if k != "streamdb.last_query_engine")))
+        return self._settings_hash
 
     def _fail(self) -> None:
         if self.txn_status == "T":
@@ -342,3 +407,7 @@ class EngineSession:
         self.cancel()
         self.engine.sessions.pop(self.pid, None)
 
+
+def _fits(value: Any, sql_type: T.SqlType) -> bool:
+    limit = _INT_RANGES.get(sql_type)
+    return limit is None or not isinstance(value, int) or -limit <= value < limit

@@ -133,6 +133,11 @@ class Storage(ABC):
     def snapshot(self) -> Snapshot:
         """A consistent read view of every commit acknowledged so far."""
 
+    def committed_end_offset(self, relation_id: int, partition: int) -> int | None:
+        """The partition's end offset as of the last durable commit, where the backend knows it
+        without a snapshot (None: take a snapshot to know)."""
+        return None
+
     @abstractmethod
     def last_sequence(self) -> int:
         """Sequence number of the last durable commit (0 if none)."""

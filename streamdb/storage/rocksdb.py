@@ -381,6 +381,10 @@ class RocksDBStorage(Storage):
         """Next offset to be assigned to the partition (latest, not a snapshot)."""
         return self._next_offsets.get(relation_id, {}).get(partition, 0)
 
+    def committed_end_offset(self, relation_id: int, partition: int) -> int | None:
+        # Offsets are published only once their commit is durable.
+        return self.end_offset(relation_id, partition)
+
     def close(self) -> None:
         with self._close_lock:
             with self._lock:

@@ -10,6 +10,6 @@ from streamdb.runtime.statements.context import ExecContext
 
 async def execute(plan: QueryPlan, ctx: ExecContext) -> ExecutionResult:
     engine_used, rows = await query.run_reporting_engine(ctx.engine, plan, ctx.info)
-    # Visible as SHOW streamdb.last_query_engine: which engine answered (embedded or spark).
+    # Visible as SHOW streamdb.last_query_engine: which engine answered (index, embedded or spark).
     ctx.session.settings["streamdb.last_query_engine"] = engine_used
     return ExecutionResult(f"SELECT {len(rows)}", columns=plan.columns, rows=rows)

@@ -1,0 +1,118 @@
+"""Point lookups: `SELECT cols FROM rel WHERE key = value [AND key2 = value2]`.
+
+The most common read of a serving store, and the one where the embedded engine's
+per-query setup (register the table, plan, run, convert) costs a thousand times the
+lookup itself. The planner recognises the shape; the runtime answers it from a hash
+index over the relation's cached rows, with no engine at all (docs/serving.md).
+
+Only exact shapes qualify: one table or materialized view, plain columns out, and a
+conjunction of `column = $n | literal` over integer or text columns, where equality
+means the same in Python as in Postgres. Anything else takes the general path.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from streamdb import types as T
+from streamdb.planner.context import PlanContext
+from streamdb.planner.names import normalize
+from streamdb.planner.plans import PointLookup, RelationInput
+
+_TEXT_TYPES = (T.TEXT, T.VARCHAR)
+
+
+def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
+                 param_types: tuple[T.SqlType, ...], ctx: PlanContext) -> PointLookup | None:
+    """The lookup a resolved query amounts to, or None when it is anything more."""
+    if not isinstance(query, exp.Select) or len(inputs) != 1:
+        return None
+    inp = inputs[0]
+    if inp.relation_id is None or inp.mode != "state":
+        return None
+    rel = ctx.catalog.by_id(inp.relation_id)
+    # Streams are read as their whole log, rebuilt per read: an index would not outlive it.
+    if rel is None or rel.kind not in ("table", "materialized_view") or rel.schemaless:
+        return None
+    for arg in ("joins", "group", "having", "order", "limit", "offset", "distinct", "with",
+                "windows", "laterals", "qualify", "into", "locks", "sample", "kind"):
+        if query.args.get(arg):
+            return None
+    frm = query.args.get("from_") or query.args.get("from")
+    table = frm.this if frm is not None else None
+    if not isinstance(table, exp.Table) or normalize(table.this) != inp.registered_name:
+        return None
+    qualifiers = {inp.registered_name}
+    alias = table.args.get("alias")
+    if alias is not None and alias.this is not None:
+        qualifiers.add(normalize(alias.this))
+    types = dict(inp.columns)
+
+    def column(node: exp.Expr) -> str | None:
+        if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
+            return None
+        if node.table and normalize(node.args["table"]) not in qualifiers:
+            return None
+        name = normalize(node.this)
+        return name if name in types else None
+
+    outputs: list[str] = []
+    for e in query.expressions:
+        name = column(e.this if isinstance(e, exp.Alias) else e)
+        if name is None:
+            return None
+        outputs.append(name)
+
+    where = query.args.get("where")
+    if where is None:
+        return None
+    terms: list[exp.Expression] = []
+    pending = [where.this]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, exp.Paren):
+            pending.append(node.this)
+        elif isinstance(node, exp.And):
+            pending.extend((node.left, node.right))
+        else:
+            terms.append(node)
+    keys: dict[str, tuple[int, int | str | None]] = {}
+    for term in terms:
+        if not isinstance(term, exp.EQ):
+            return None
+        name, value_side = column(term.left), term.right
+        if name is None:
+            name, value_side = column(term.right), term.left
+        if name is None:
+            return None
+        value = _key_value(value_side, types[name], param_types)
+        if value is None or name in keys:
+            return None
+        keys[name] = value
+    return PointLookup(relation_id=inp.relation_id, output_columns=tuple(outputs),
+                       key_columns=tuple(keys), key_params=tuple(p for p, _ in keys.values()),
+                       key_literals=tuple(v for _, v in keys.values()))
+
+
+def _key_value(node: exp.Expr, column_type: T.SqlType,
+               param_types: tuple[T.SqlType, ...]) -> tuple[int, int | str | None] | None:
+    """(n, None) for parameter $n, (0, value) for a literal of the column's kind; None otherwise."""
+    integral = T.is_integer(column_type)
+    if not integral and column_type not in _TEXT_TYPES:
+        return None
+    if isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal):
+        n = int(node.this.this)
+        if not 1 <= n <= len(param_types):
+            return None
+        declared = param_types[n - 1]
+        same_kind = T.is_integer(declared) if integral else declared in _TEXT_TYPES
+        return (n, None) if same_kind else None
+    neg = isinstance(node, exp.Neg)
+    lit = node.this if neg else node
+    if not isinstance(lit, exp.Literal):
+        return None
+    if integral and not lit.is_string and lit.this.isdigit():
+        return (0, -int(lit.this) if neg else int(lit.this))
+    if not integral and lit.is_string and not neg:
+        return (0, lit.this)
+    return None
