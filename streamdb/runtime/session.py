@@ -27,6 +27,7 @@ from streamdb.runtime import coordinator
 from streamdb.runtime.api import CopyInRequest, ExecutionResult, PreparedStatement, Statement
 from streamdb.runtime.query import NeedsLiterals
 from streamdb.runtime.statements import copy as copy_runtime
+from streamdb.runtime.statements import select as select_runtime
 from streamdb.runtime.statements.context import ExecContext
 from streamdb.sql import ast as S
 from streamdb.sql.literals import Template, templatize
@@ -116,8 +117,9 @@ class EngineSession:
         # Parameter types of recently prepared statements, by their AST (oldest first).
         self._param_types: dict[int, tuple[Any, tuple[T.SqlType, ...]]] = {}
         self._prepared: dict[tuple[str, int, tuple[T.SqlType | None, ...], int], PreparedStatement] = {}
-        # Plans of parameterised queries, by statement: (statement, catalog version, types, plan).
-        self._plans: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...], QueryPlan]] = {}
+        # Plans of parameterised queries, by statement: (statement, catalog version, types, plan,
+        # whether the embedded engine can take the values as parameters).
+        self._plans: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...], QueryPlan, bool]] = {}
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
         self.settings = dict(self._defaults)
         if options.get("application_name"):
@@ -298,6 +300,11 @@ class EngineSession:
                     node = query_planner.bind_parameters(node, params, types)
             if plan is None:
                 plan = planner.plan(node, self._ctx(), statement.sql)
+            if isinstance(plan, QueryPlan) and plan.lookup is not None:
+                # A lookup whose index is current costs less than scheduling a task for it.
+                answered = select_runtime.answer_from_current_index(plan, ExecContext(self.engine, self))
+                if answered is not None:
+                    return answered
             task = asyncio.ensure_future(coordinator.execute(plan, ExecContext(self.engine, self)))
             self._running = task
             try:
@@ -345,15 +352,16 @@ class EngineSession:
         cached = self._plans.get(key)
         if cached is None or cached[0] is not node or cached[1] != version or cached[2] != types:
             plan = query_planner.plan_query(node, self._ctx(), declared_params=list(types))
-            cached = (node, version, types, plan)
+            # Only where the embedded engine's SQL takes exactly these placeholders (the rewrites
+            # for catalog functions may fold some away) and reads no system tables.
+            usable = {int(n) for n in _PLACEHOLDER.findall(plan.duckdb_sql)} == set(range(1, len(params) + 1)) \
+                and all(i.relation_id is not None for i in plan.inputs)
+            cached = (node, version, types, plan, usable)
             self._plans[key] = cached
             while len(self._plans) > PARAM_TYPES_KEPT:
                 self._plans.pop(next(iter(self._plans)))
         plan = cached[3]
-        # Only where the embedded engine's SQL takes exactly these placeholders (the rewrites for
-        # catalog functions may fold some away) and reads no system tables.
-        if {int(n) for n in _PLACEHOLDER.findall(plan.duckdb_sql)} != set(range(1, len(params) + 1)) or any(
-                i.relation_id is None for i in plan.inputs):
+        if not cached[4]:
             return None
         values = tuple(coerce(v.value if isinstance(v, TypedValue) else v, t, f"${i + 1}")
                        for i, (v, t) in enumerate(zip(params, types, strict=False)))
