@@ -22,6 +22,16 @@ FIRST_USER_OID = 16384
 PUBLIC_SCHEMA = "public"
 PUBLIC_SCHEMA_OID = 2200
 
+# Roles. The bootstrap superuser always exists (with Postgres's OID for it); other roles get
+# OIDs from FIRST_ROLE_OID on, apart from relation OIDs.
+BOOTSTRAP_ROLE = "streamdb"
+BOOTSTRAP_ROLE_OID = 10
+FIRST_ROLE_OID = 1_000_000
+PUBLIC_GRANTEE = "public"  # GRANT ... TO PUBLIC: every role
+# Table privileges; ALL means all of them. UPDATE and DELETE are their own privileges, as in Postgres.
+PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+PRIVILEGE_LETTERS = {"SELECT": "r", "INSERT": "a", "UPDATE": "w", "DELETE": "d"}  # aclitem letters
+
 
 @dataclass(frozen=True, slots=True)
 class ColumnDef:
@@ -65,6 +75,8 @@ class RelationDef:
     created_at: float = 0.0
     depends_on: tuple[int, ...] = ()
     extra: tuple[tuple[str, Any], ...] = field(default=())  # later issues' per-kind settings
+    owner: str = BOOTSTRAP_ROLE  # the creating role; catalogs from before roles: the bootstrap role
+    grants: tuple[tuple[str, str], ...] = ()  # (role, privilege) granted by GRANT, sorted
 
     @property
     def oid(self) -> int:
@@ -110,6 +122,7 @@ class RelationDef:
             "options": [list(kv) for kv in self.options], "create_sql": self.create_sql,
             "created_at": self.created_at, "depends_on": list(self.depends_on),
             "extra": [list(kv) for kv in self.extra],
+            "owner": self.owner, "grants": [list(g) for g in self.grants],
         }
 
     @staticmethod
@@ -124,7 +137,35 @@ class RelationDef:
             create_sql=d.get("create_sql", ""), created_at=d.get("created_at", 0.0),
             depends_on=tuple(d.get("depends_on", ())),
             extra=tuple((k, v) for k, v in d.get("extra", ())),
+            owner=d.get("owner", BOOTSTRAP_ROLE),
+            grants=tuple((r, p) for r, p in d.get("grants", ())),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RoleDef:
+    """A role. Its password is never kept: only a SCRAM-SHA-256 verifier (and, when the server
+    allows md5 for old clients, the md5 hash), see streamdb/auth.py."""
+
+    name: str
+    oid: int
+    can_login: bool = False
+    superuser: bool = False
+    scram_verifier: str | None = None
+    md5_hash: str | None = None
+    created_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "oid": self.oid, "can_login": self.can_login, "superuser": self.superuser,
+                "scram_verifier": self.scram_verifier, "md5_hash": self.md5_hash, "created_at": self.created_at}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> RoleDef:
+        return RoleDef(d["name"], d["oid"], d.get("can_login", False), d.get("superuser", False),
+                       d.get("scram_verifier"), d.get("md5_hash"), d.get("created_at", 0.0))
+
+
+BOOTSTRAP = RoleDef(BOOTSTRAP_ROLE, BOOTSTRAP_ROLE_OID, can_login=True, superuser=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +175,37 @@ class CatalogSnapshot:
     version: int
     relations: dict[str, RelationDef]  # by lower-case name (schema public)
     objects: dict[str, RelationDef] = field(default_factory=dict)  # connectors, sinks: by "<kind>:<name>"
+    # Roles by name: a field of their own rather than "role" objects, since a role is not a
+    # RelationDef (no columns, no id in the relation id space) and is looked up on every login.
+    stored_roles: dict[str, RoleDef] = field(default_factory=dict)
+
+    def role(self, name: str) -> RoleDef | None:
+        """A role by name; the bootstrap superuser exists even before it is ever altered."""
+        role = self.stored_roles.get(name)
+        if role is None and name == BOOTSTRAP_ROLE:
+            return BOOTSTRAP
+        return role
+
+    def roles(self) -> list[RoleDef]:
+        """Every role, the bootstrap superuser first."""
+        rest = sorted((r for r in self.stored_roles.values() if r.name != BOOTSTRAP_ROLE), key=lambda r: r.name)
+        return [self.role(BOOTSTRAP_ROLE) or BOOTSTRAP, *rest]
+
+    def has_privilege(self, user: str, rel: RelationDef, privilege: str) -> bool:
+        """Owners and superusers have every privilege; others what was granted to them or PUBLIC."""
+        role = self.role(user)
+        if role is None:
+            return False
+        if role.superuser or rel.owner == user:
+            return True
+        return (user, privilege) in rel.grants or (PUBLIC_GRANTEE, privilege) in rel.grants
+
+    def is_owner(self, user: str, rel: RelationDef) -> bool:
+        role = self.role(user)
+        return role is not None and (role.superuser or rel.owner == user)
+
+    def owned_by(self, user: str) -> list[RelationDef]:
+        return [r for r in (*self.relations.values(), *self.objects.values()) if r.owner == user]
 
     def get(self, name: str) -> RelationDef | None:
         return self.relations.get(name)

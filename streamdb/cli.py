@@ -28,6 +28,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     s.add_argument("--spark-read-threshold-rows", dest="spark_read_threshold_rows", type=int,
                    help="ad hoc reads over more rows than this run on Spark")
+    s.add_argument("--max-connections", dest="max_connections", type=int,
+                   help="further clients are refused with 53300 (default 100)")
+    s.add_argument("--statement-timeout-ms", dest="statement_timeout_ms", type=int,
+                   help="default statement_timeout of sessions in ms, 0 = off (default 300000)")
+    s.add_argument("--auth-method", dest="auth_method", choices=["trust", "scram-sha-256", "md5"],
+                   help="client authentication (default trust, allowed only on a loopback address)")
+    s.add_argument("--tls-cert-file", dest="tls_cert_file", help="TLS certificate (PEM); with --tls-key-file")
+    s.add_argument("--tls-key-file", dest="tls_key_file", help="TLS private key (PEM)")
+    s.add_argument("--tls-required", dest="tls_required", action="store_const", const=True,
+                   help="refuse plaintext connections")
     return p
 
 

@@ -6,6 +6,7 @@ pydantic validates everything at this edge; unknown keys are rejected.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -36,12 +37,32 @@ class Settings(BaseModel):
     max_connections: int = Field(100, ge=1)
     # A push query's changes waiting for a slow client; past this it ends with SQLSTATE 53000.
     subscriber_buffer_changes: int = Field(100_000, ge=1)
+    # Limits (docs/limits.md). A client message longer than this closes the connection (08P01).
+    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=2**31 - 5)
+    # Default statement_timeout of new sessions (ms, 0 = off): longer statements fail with 57014.
+    statement_timeout_ms: int = Field(300_000, ge=0, le=2**31 - 1)
+    # Default idle_in_transaction_session_timeout (ms, 0 = off): such sessions end with FATAL 25P03.
+    idle_in_transaction_session_timeout_ms: int = Field(600_000, ge=0, le=2**31 - 1)
+    # A SELECT result held in memory larger than these fails with 54000 (0 = no limit).
+    max_result_rows: int = Field(1_000_000, ge=0)
+    max_result_bytes: int = Field(1024**3, ge=0)
     database: str = "streamdb"
     # Connectors: FILE connector paths must lie under this directory (default: <data_dir>/files).
     file_root: Path | None = None
     # Kafka client properties that read files, load code or fetch URLs (ssl.*.location,
     # sasl.kerberos.*, sasl.oauthbearer.*, plugin.library.paths) are refused unless this is set.
     allow_kafka_file_properties: bool = False
+    # Client authentication (docs/security.md). "md5": md5 for roles that have an md5 hash, else SCRAM.
+    # "trust" is refused on a non-loopback address (see check_network_security).
+    auth_method: Literal["trust", "scram-sha-256", "md5"] = "trust"
+    # TLS: PEM certificate (chain) and private key; both or neither.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # Refuse plaintext connections (28000) instead of offering TLS.
+    tls_required: bool = False
+    # Roles' passwords are stored as SCRAM-SHA-256 verifiers; when on, an md5 hash is also
+    # stored (for clients too old for SCRAM). Off by default: md5 is weak.
+    password_encryption_md5: bool = False
 
     @field_validator("spark_master")
     @classmethod
@@ -50,6 +71,40 @@ class Settings(BaseModel):
                 or v.startswith("k8s://")):
             raise ValueError("must be local[N], local[*], spark://host:port, yarn or k8s://...")
         return v
+
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback_host(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost; anything else (0.0.0.0, '', a LAN address) is reachable from outside."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_network_security(settings: Settings) -> None:
+    """Refuse settings that would expose the server without authentication, or half-configured TLS.
+
+    Checked when the server starts (not in Settings: the file/env/CLI layers are validated one by one)."""
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        raise ConfigurationError("tls_cert_file and tls_key_file must be set together "
+                                 "(--tls-cert-file and --tls-key-file)")
+    for path in (settings.tls_cert_file, settings.tls_key_file):
+        if path is not None and not path.is_file():
+            raise ConfigurationError(f"TLS file {path} does not exist or is not a file")
+    if settings.tls_required and settings.tls_cert_file is None:
+        raise ConfigurationError("tls_required needs a certificate: set --tls-cert-file and --tls-key-file")
+    if settings.auth_method == "trust" and not is_loopback_host(settings.host):
+        raise ConfigurationError(
+            f"refusing to listen on {settings.host or 'all addresses'} with auth_method 'trust': anyone who "
+            "can reach the port could connect as any role. Configure authentication: start once on "
+            "127.0.0.1, create a user with a password (CREATE USER name WITH PASSWORD '...' SUPERUSER), "
+            "then serve with --auth-method scram-sha-256 (and TLS: --tls-cert-file/--tls-key-file). "
+            "See docs/security.md.")
 
 
 def _describe(err: ValidationError, source: str) -> str:

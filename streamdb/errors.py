@@ -164,6 +164,12 @@ class NoActiveSqlTransaction(StreamDBError):
     sqlstate = "25P01"
 
 
+class IdleInTransactionSessionTimeout(StreamDBError):
+    """A session stayed idle inside a transaction block longer than its timeout (FATAL)."""
+
+    sqlstate = "25P03"
+
+
 class QueryCanceled(StreamDBError):
     sqlstate = "57014"
 
@@ -174,6 +180,12 @@ class ProtocolViolation(StreamDBError):
 
 class InvalidAuthorization(StreamDBError):
     sqlstate = "28000"
+
+
+class InvalidPassword(StreamDBError):
+    """Password authentication failed (the same message whether or not the role exists)."""
+
+    sqlstate = "28P01"
 
 
 class InvalidCatalogName(StreamDBError):
@@ -188,6 +200,12 @@ class TooManyConnections(StreamDBError):
 
 class DiskFull(StreamDBError):
     sqlstate = "53100"
+
+
+class ProgramLimitExceeded(StreamDBError):
+    """A configured size limit was exceeded (e.g. max_result_rows)."""
+
+    sqlstate = "54000"
 
 
 class ObjectNotInPrerequisiteState(StreamDBError):

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 
-from streamdb.config import Settings
+from streamdb.config import Settings, check_network_security
 from streamdb.runtime.engine import Engine
 
 log = logging.getLogger("streamdb")
@@ -16,9 +16,17 @@ SHUTDOWN_GRACE_SECONDS = 20
 
 async def run_server(settings: Settings, install_signals: tuple[signal.Signals, ...] = ()) -> int:
     from streamdb.wire.server import WireServer
+    from streamdb.wire.tls import server_ssl_context
 
+    check_network_security(settings)  # before opening anything: refuses e.g. 'trust' on 0.0.0.0
+    ssl_context = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        ssl_context = server_ssl_context(settings.tls_cert_file, settings.tls_key_file)
     engine = Engine(settings)
-    wire = WireServer(engine, settings.host, settings.port, max_connections=settings.max_connections)
+    wire = WireServer(engine, settings.host, settings.port, max_connections=settings.max_connections,
+                      max_message_bytes=settings.max_message_bytes,
+                      auth_method=settings.auth_method, ssl_context=ssl_context,
+                      tls_required=settings.tls_required)
     await wire.start()
     engine.start()
     log.info("StreamDB listening on %s:%d (data in %s, Spark master %s)", settings.host, wire.port,

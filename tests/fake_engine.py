@@ -41,6 +41,7 @@ from streamdb.runtime.api import (
     Column,
     CopyInRequest,
     ExecutionResult,
+    LoginInfo,
     PreparedStatement,
     Statement,
 )
@@ -86,6 +87,11 @@ class FakeEngine:
         self.failed_copies: list[str] = []
         self.streams_closed = 0
         self.streams_started = 0
+        # Roles for password authentication (tests/test_wire_security.py); absent: no such role.
+        self.logins: dict[str, LoginInfo] = {}
+
+    def login_info(self, user: str) -> LoginInfo | None:
+        return self.logins.get(user)
 
     def new_session(self, user: str, database: str, options: dict[str, str]) -> FakeSession:
         if database == "nope":
@@ -110,6 +116,10 @@ class FakeSession:
     @property
     def transaction_status(self) -> str:
         return self.status
+
+    @property
+    def idle_in_transaction_timeout(self) -> float | None:
+        return None  # the limit itself is tested end to end (tests/test_e2e_limits.py)
 
     def startup_parameters(self) -> dict[str, str]:
         params = dict(STARTUP_PARAMETERS)

@@ -59,7 +59,7 @@ def sample_catalog() -> CatalogSnapshot:
     return CatalogSnapshot(version=1, relations=rels)
 
 
-SESSION = SessionInfo(user="alice", database="streamdb", application_name="psql",
+SESSION = SessionInfo(user="streamdb", database="streamdb", application_name="psql",
                       backend_pid=4242)
 
 
@@ -174,10 +174,10 @@ def _sa(prefix: str, contains: str = "") -> list[str]:
 def test_psql_list_relations(ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> None:
     rows = run(_psql(r"psql \d #1"), ctx, con)
     assert [(r["Schema"], r["Name"], r["Type"], r["Owner"]) for r in rows] == [
-        ("public", "events", "table", "alice"),
-        ("public", "mv_counts", "materialized view", "alice"),
-        ("public", "users", "table", "alice"),
-        ("public", "v_users", "view", "alice"),
+        ("public", "events", "table", "streamdb"),
+        ("public", "mv_counts", "materialized view", "streamdb"),
+        ("public", "users", "table", "streamdb"),
+        ("public", "v_users", "view", "streamdb"),
     ]
 
 
@@ -233,10 +233,10 @@ def test_psql_describe_missing_relation(ctx: PlanContext, con: duckdb.DuckDBPyCo
 def test_psql_databases_schemas_roles(ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> None:
     dbs = run(_psql(r"psql \l #1"), ctx, con)
     assert [(r["Name"], r["Owner"], r["Encoding"]) for r in dbs] == [
-        ("streamdb", "alice", "UTF8"), ("template1", "alice", "UTF8")]
-    assert run(_psql(r"psql \dn #1"), ctx, con) == [{"Name": "public", "Owner": "alice"}]
+        ("streamdb", "streamdb", "UTF8"), ("template1", "streamdb", "UTF8")]
+    assert run(_psql(r"psql \dn #1"), ctx, con) == [{"Name": "public", "Owner": "streamdb"}]
     roles = run(_psql(r"psql \du #1"), ctx, con)
-    assert len(roles) == 1 and roles[0]["rolname"] == "alice" and roles[0]["rolsuper"] is True
+    assert len(roles) == 1 and roles[0]["rolname"] == "streamdb" and roles[0]["rolsuper"] is True
     assert roles[0]["memberof"] == []
 
 
@@ -282,7 +282,7 @@ def _one(sql: str, ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> list[Any
 def test_session_functions(ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> None:
     assert _one("select current_database(), current_user, session_user, user, "
                 "current_schemas(true), current_schemas(false), pg_backend_pid()", ctx, con) == [
-        "streamdb", "alice", "alice", "alice", ["pg_catalog", "public"], ["public"], 4242]
+        "streamdb", "streamdb", "streamdb", "streamdb", ["pg_catalog", "public"], ["public"], 4242]
     row = _one("select pg_postmaster_start_time() is not null, txid_current() > 0, "
                "inet_server_addr(), pg_catalog.pg_encoding_to_char(6), "
                "has_table_privilege('users', 'SELECT'), has_schema_privilege('public', 'USAGE'), "
@@ -290,7 +290,7 @@ def test_session_functions(ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> 
                "col_description(1, 1), shobj_description(1, 'pg_database'), "
                "current_setting('server_version_num'), pg_catalog.pg_get_userbyid(10)", ctx, con)
     assert row == [True, True, "127.0.0.1", "UTF8", True, True, True, None, None, None,
-                   "150000", "alice"]
+                   "150000", "streamdb"]
 
 
 def test_format_type(ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> None:
@@ -395,7 +395,7 @@ def test_information_schema(ctx: PlanContext, con: duckdb.DuckDBPyConnection) ->
 
 def test_misc_system_views(ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> None:
     assert run("select datname, usename, pid, state from pg_stat_activity", ctx, con) == [
-        {"datname": "streamdb", "usename": "alice", "pid": 4242, "state": "active"}]
+        {"datname": "streamdb", "usename": "streamdb", "pid": 4242, "state": "active"}]
     settings = {r["name"]: r["setting"] for r in run("select name, setting from pg_settings", ctx, con)}
     assert settings["server_version_num"] == "150000"
     assert settings["standard_conforming_strings"] == "on"
@@ -407,7 +407,7 @@ def test_misc_system_views(ctx: PlanContext, con: duckdb.DuckDBPyConnection) -> 
     assert [r["matviewname"] for r in run("select matviewname from pg_matviews", ctx, con)] == [
         "mv_counts"]
     assert run("select usename, usesuper from pg_user", ctx, con) == [
-        {"usename": "alice", "usesuper": True}]
+        {"usename": "streamdb", "usesuper": True}]
     for empty in ("pg_inherits", "pg_extension", "pg_enum", "pg_range", "pg_sequence",
                   "pg_trigger", "pg_policy", "pg_rewrite", "pg_statistic_ext", "pg_publication",
                   "pg_publication_rel", "pg_foreign_table", "pg_partitioned_table",

@@ -20,7 +20,7 @@ TABLE = RelationDef(id=4, name="users", kind="table", primary_key=("id",),
                     columns=(ColumnDef("id", T.INTEGER), ColumnDef("name", T.VARCHAR)))
 STREAM = RelationDef(id=5, name="ev", kind="stream", columns=(ColumnDef("id", T.BIGINT),))
 CTX = PlanContext(catalog=CatalogSnapshot(1, {r.name: r for r in (VIEW, TABLE, STREAM)}),
-                  session=SessionInfo(user="u", database="streamdb"))
+                  session=SessionInfo(user="streamdb", database="streamdb"))
 
 
 def lookup(sql: str, params: list[T.SqlType | None] | None = None) -> PointLookup | None:

@@ -26,7 +26,7 @@ EV = RelationDef(id=0, name="ev", kind="stream",
 VISITS = RelationDef(id=1, name="visits", kind="table", primary_key=("id",),
                      columns=(ColumnDef("id", T.INTEGER), ColumnDef("ts", T.TIMESTAMPTZ)))
 CTX = PlanContext(catalog=CatalogSnapshot(1, {r.name: r for r in (EV, VISITS)}),
-                  session=SessionInfo(user="u", database="streamdb"))
+                  session=SessionInfo(user="streamdb", database="streamdb"))
 T0 = dt.datetime(2024, 1, 1)
 
 

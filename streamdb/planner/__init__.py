@@ -127,6 +127,18 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
     if isinstance(node, S.CloseCursor):
         target = node.this
         return CloseCursorPlan(None if isinstance(target, exp.Literal) else normalize(target))
+    if isinstance(node, (S.CreateRole, S.AlterRole)):
+        from streamdb.planner import roles
+
+        return roles.plan_role(node, ctx)
+    if isinstance(node, S.DropRole):
+        from streamdb.planner import roles
+
+        return roles.plan_drop_role(node, ctx)
+    if isinstance(node, (S.GrantPrivileges, S.RevokePrivileges)):
+        from streamdb.planner import roles
+
+        return roles.plan_grant(node, ctx)
     if isinstance(node, exp.Command):
         raise FeatureNotSupported(f"{str(node.this).upper()} is not supported")
     raise FeatureNotSupported(f"statement {type(node).__name__} is not supported")

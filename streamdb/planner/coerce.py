@@ -130,7 +130,10 @@ def coerce(value: Any, target: T.SqlType, column: str) -> Any:
             return json.dumps(value if not isinstance(value, decimal.Decimal) else float(value))
         if target in (T.TIMESTAMPTZ, T.TIMESTAMP) and isinstance(value, int):
             # Epoch milliseconds, as ksqlDB accepts for ROWTIME and event-time columns.
-            ts = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+            try:
+                ts = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+            except (ValueError, OverflowError, OSError):
+                raise values.DatetimeFieldOverflow("timestamp out of range") from None
             return ts if target is T.TIMESTAMPTZ else ts.replace(tzinfo=None)
         raise _mismatch(column, target, value)
     if isinstance(value, dt.datetime):

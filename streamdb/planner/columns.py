@@ -6,7 +6,7 @@ from sqlglot import exp
 
 from streamdb import types as T
 from streamdb.catalog import ColumnDef
-from streamdb.errors import DuplicateColumn, FeatureNotSupported, StreamDBError
+from streamdb.errors import DuplicateColumn, FeatureNotSupported, StreamDBError, SyntaxErrorSQL
 from streamdb.planner.names import normalize, position_of
 from streamdb.sql.ast import StreamColumnRole
 
@@ -34,6 +34,8 @@ def column_defs(defs: list[exp.ColumnDef], *, stream: bool,
     inline_pk: list[str] = []
     seen: set[str] = set()
     for d in defs:
+        if not isinstance(d.this, exp.Identifier):  # e.g. a string literal where a column name belongs
+            raise SyntaxErrorSQL(f'syntax error at or near "{d.this.sql()}"', position=position_of(d))
         name = normalize(d.this)
         if name in seen:
             raise DuplicateColumn(f'column "{name}" specified more than once', position=position_of(d))

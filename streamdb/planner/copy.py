@@ -10,6 +10,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.names import lookup_relation, normalize
 from streamdb.planner.options import property_values
 from streamdb.planner.plans import CopyFromPlan, CopyToPlan
+from streamdb.planner.privileges import require
 from streamdb.sql import ast as S
 from streamdb.sql.ast import CopyStatement
 
@@ -49,6 +50,7 @@ def plan(stmt: CopyStatement, ctx: PlanContext) -> CopyFromPlan | CopyToPlan:
         if not isinstance(target, exp.Table):
             raise StreamDBError("COPY FROM needs a relation name", sqlstate="42601")
         rel = lookup_relation(ctx, target)
+        require(ctx, rel, "INSERT", target)
         if rel.kind not in ("stream", "table"):
             raise StreamDBError(f'cannot copy to {rel.kind.replace("_", " ")} "{rel.name}"', sqlstate="42809")
         if rel.schemaless and not stmt.args.get("columns"):

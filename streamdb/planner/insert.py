@@ -10,6 +10,7 @@ from streamdb.planner.coerce import NotALiteral, coerce, literal_value
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import lookup_relation, normalize, position_of
 from streamdb.planner.plans import InsertPlan
+from streamdb.planner.privileges import require
 
 
 def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
@@ -19,6 +20,7 @@ def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
         column_nodes = list(target.expressions)
         target = target.this
     rel = lookup_relation(ctx, target)
+    require(ctx, rel, "INSERT", target)
     if rel.kind not in ("stream", "table"):
         raise StreamDBError(f'cannot insert into {rel.kind.replace("_", " ")} "{rel.name}"', sqlstate="42809")
     if stmt.args.get("returning"):

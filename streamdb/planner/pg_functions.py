@@ -34,6 +34,7 @@ from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 
 from streamdb import types as T
+from streamdb.catalog import FIRST_USER_OID
 from streamdb.errors import UndefinedFunction, UndefinedObject, UndefinedTable
 from streamdb.planner.context import SERVER_VERSION, PlanContext
 from streamdb.runtime import system_catalog as sc
@@ -428,8 +429,25 @@ class _Rewriter:
             this=x.copy(), to=exp.DataType.build("VARCHAR"))), expression=_lit(")"))
         return exp.Case(ifs=[
             exp.If(this=exp.Is(this=x.copy(), expression=exp.Null()), true=_null()),
-            exp.If(this=exp.EQ(this=x.copy(), expression=_lit(sc.SUPERUSER_OID)),
-                   true=self.user())], default=unknown)
+            *(exp.If(this=exp.EQ(this=x.copy(), expression=_lit(role.oid)), true=_lit(role.name))
+              for role in self.catalog.roles())], default=unknown)
+
+    def has_table_privilege(self, args: list[exp.Expression]) -> exp.Expression:
+        """Answered from the catalog when the arguments are constants (as psql and tools pass
+        them); TRUE otherwise, as before roles existed."""
+        if len(args) not in (2, 3) or not all(isinstance(a, exp.Literal) for a in args):
+            return exp.Boolean(this=True)
+        user = args[0].name if len(args) == 3 else self.session.user
+        table, wanted = args[-2], args[-1].name
+        if table.is_string:
+            name = table.name.rsplit(".", 1)[-1]  # public.t
+            rel = self.catalog.get(name.strip('"') if name.startswith('"') else name.lower())
+        else:
+            rel = self.catalog.by_id(int(table.name) - FIRST_USER_OID)
+        if rel is None:
+            return exp.Boolean(this=True)  # a system table: readable by everyone
+        privileges = [p.strip().upper().removesuffix(" WITH GRANT OPTION") for p in wanted.split(",")]
+        return exp.Boolean(this=any(self.catalog.has_privilege(user, rel, p) for p in privileges))
 
     def pg_table_is_visible(self, args: list[exp.Expression]) -> exp.Expression:
         x = args[0]
@@ -614,10 +632,12 @@ _FUNCS: dict[str, _Handler] = {
     "txid_current": _macro("sdb_txid_current", 0),
     "pg_current_xact_id": _macro("sdb_txid_current", 0),
     "pg_is_in_recovery": _FALSE,
+    # Runs on the embedded engine only; a statement timeout or cancel request wakes it.
+    "pg_sleep": _macro("sdb_pg_sleep", 1),
     "obj_description": _NULL_TEXT,
     "col_description": _NULL_TEXT,
     "shobj_description": _NULL_TEXT,
-    "has_table_privilege": _TRUE,
+    "has_table_privilege": lambda rw, args: rw.has_table_privilege(args),
     "has_schema_privilege": _TRUE,
     "has_database_privilege": _TRUE,
     "has_column_privilege": _TRUE,

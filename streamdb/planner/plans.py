@@ -6,7 +6,7 @@ streamdb/runtime hands each one to the runtime module for its kind.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from streamdb.catalog import RelationDef
@@ -323,3 +323,37 @@ class NoOpPlan(Plan):
 
     command_tag: str
     deallocate: str | None = None
+
+
+# ---- roles and privileges ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolePlan(Plan):
+    """CREATE or ALTER ROLE | USER. None for an attribute the statement does not set. The
+    password is never shown (repr, EXPLAIN): the runtime turns it into a verifier."""
+
+    action: Literal["create", "alter"]
+    name: str
+    kind: str  # 'ROLE' | 'USER'
+    login: bool | None = None
+    superuser: bool | None = None
+    set_password: bool = False
+    password: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class DropRolePlan(Plan):
+    kind: str  # 'ROLE' | 'USER'
+    names: tuple[str, ...]
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class GrantPlan(Plan):
+    """GRANT (revoke=False) or REVOKE privileges on relations to or from roles (or PUBLIC)."""
+
+    privileges: tuple[str, ...]  # among catalog.PRIVILEGES
+    relations: tuple[str, ...]
+    roles: tuple[str, ...]
+    revoke: bool = False

@@ -15,7 +15,7 @@ from sqlglot.optimizer.qualify import qualify
 from streamdb import types as T
 from streamdb.catalog import RelationDef
 from streamdb.errors import UndefinedColumn, UndefinedTable
-from streamdb.planner import pg_functions
+from streamdb.planner import pg_functions, privileges
 from streamdb.planner.context import PlanContext
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
@@ -63,6 +63,7 @@ class _Resolver:
         if schema in (None, "public"):
             rel = self.ctx.catalog.get(name)
         if rel is not None:
+            privileges.require(self.ctx, rel, "SELECT", table)
             reg = f"r{rel.id}_changes" if self.mode == "changes" else f"r{rel.id}"
             if reg not in self.inputs:
                 self.inputs[reg] = RelationInput(reg, rel.id, None, self.mode,  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.names import lookup_relation, normalize, table_name
 from streamdb.planner.options import property_values, validate_options
 from streamdb.planner.plans import CreateObjectPlan
+from streamdb.planner.privileges import require
 from streamdb.sql import ast as S
 
 FILE_FORMATS = ("json", "csv", "parquet")
@@ -99,6 +100,7 @@ def plan_create_sink(stmt: S.CreateSink, ctx: PlanContext) -> CreateObjectPlan:
     source = stmt.args.get("source")
     assert isinstance(source, exp.Table)
     rel = lookup_relation(ctx, source)
+    require(ctx, rel, "SELECT", source)
     values = property_values(stmt.args.get("properties"))
     connector = stmt.args.get("connector")
     kafka_props: dict[str, str] = {}

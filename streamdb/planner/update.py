@@ -9,12 +9,14 @@ from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import lookup_relation, normalize, position_of
 from streamdb.planner.plans import UpdatePlan
+from streamdb.planner.privileges import require
 from streamdb.planner.query import ROWKEY
 
 
 def _target(stmt: exp.Expression, ctx: PlanContext, verb: str):
     table = stmt.this
     rel = lookup_relation(ctx, table)
+    require(ctx, rel, verb.upper(), table)
     if rel.kind == "stream":
         raise StreamDBError(f'cannot {verb} stream "{rel.name}": streams are append-only', sqlstate="42809",
                             hint="Use a table (CREATE TABLE ... PRIMARY KEY) for rows that change.")

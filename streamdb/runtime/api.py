@@ -17,6 +17,17 @@ from streamdb.types import SqlType
 
 
 @dataclass(frozen=True, slots=True)
+class LoginInfo:
+    """What the wire layer needs to authenticate a role (never the password itself)."""
+
+    user: str
+    can_login: bool
+    superuser: bool
+    scram_verifier: str | None  # None: no password set
+    md5_hash: str | None  # 'md5...' or None
+
+
+@dataclass(frozen=True, slots=True)
 class Column:
     """One result column, as a RowDescription field describes it."""
 
@@ -87,6 +98,12 @@ class Session(Protocol):
         """'I' idle, 'T' in a transaction block, 'E' in a failed transaction block."""
         ...
 
+    @property
+    def idle_in_transaction_timeout(self) -> float | None:
+        """Seconds the session may wait for a command inside a transaction block before the
+        connection is terminated (FATAL 25P03); None: no limit."""
+        ...
+
     def startup_parameters(self) -> dict[str, str]:
         """ParameterStatus values to send after authentication."""
         ...
@@ -121,5 +138,10 @@ class Session(Protocol):
 
 class Engine(Protocol):
     def new_session(self, user: str, database: str, options: dict[str, str]) -> Session:
-        """Raises StreamDBError (e.g. 3D000 unknown database) to refuse the connection."""
+        """Raises StreamDBError (e.g. 3D000 unknown database, 28000 unknown role or one that
+        cannot log in) to refuse the connection."""
+        ...
+
+    def login_info(self, user: str) -> LoginInfo | None:
+        """The role's login data for authentication; None when there is no such role."""
         ...

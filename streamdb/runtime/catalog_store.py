@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from streamdb.catalog import OBJECT_KINDS, CatalogSnapshot, RelationDef
+from streamdb.catalog import OBJECT_KINDS, CatalogSnapshot, RelationDef, RoleDef
 from streamdb.storage.base import Commit, Storage
 
 CATALOG = "catalog"
 META = "meta"
 META_KEY = b"catalog"
 OBJECT_PREFIX = b"\x00object:"  # connectors and sinks: b"\x00object:<kind>:<name>"
+ROLE_PREFIX = b"\x00role:"  # roles: b"\x00role:<name>"
 
 
 def _key(rel: RelationDef) -> bytes:
@@ -29,9 +30,14 @@ class CatalogStore:
         self._storage = storage
         relations: dict[str, RelationDef] = {}
         objects: dict[str, RelationDef] = {}
+        roles: dict[str, RoleDef] = {}
         with storage.snapshot() as snap:
             meta_raw = snap.get(META, META_KEY)
             for key, value in snap.scan(CATALOG):
+                if key.startswith(ROLE_PREFIX):
+                    role = RoleDef.from_json(json.loads(value))
+                    roles[role.name] = role
+                    continue
                 rel = RelationDef.from_json(json.loads(value))
                 if key.startswith(OBJECT_PREFIX):
                     objects[key[len(OBJECT_PREFIX):].decode()] = rel
@@ -39,7 +45,7 @@ class CatalogStore:
                     relations[key.decode()] = rel
         meta = json.loads(meta_raw) if meta_raw else {"next_id": 1, "version": 0, "format": FORMAT_VERSION}
         self._next_id: int = meta["next_id"]
-        self._snapshot = CatalogSnapshot(meta["version"], relations, objects)
+        self._snapshot = CatalogSnapshot(meta["version"], relations, objects, roles)
 
     def snapshot(self) -> CatalogSnapshot:
         return self._snapshot
@@ -49,7 +55,9 @@ class CatalogStore:
         return (META, META_KEY, json.dumps(meta).encode())
 
     def plan_change(self, *, add: list[RelationDef] = (), remove: list[RelationDef] = (),  # type: ignore[assignment]
-                    update: list[RelationDef] = ()) -> tuple[Commit, list[RelationDef], CatalogSnapshot]:  # type: ignore[assignment]
+                    update: list[RelationDef] = (),  # type: ignore[assignment]
+                    put_roles: list[RoleDef] = (), remove_roles: list[RoleDef] = (),  # type: ignore[assignment]
+                    ) -> tuple[Commit, list[RelationDef], CatalogSnapshot]:
         """A commit for a catalog change and the snapshot it produces (applied by `applied`)."""
         commit = Commit()
         next_id = self._next_id
@@ -82,9 +90,18 @@ class CatalogStore:
         for rel in update:
             place(rel)[name_in(rel)] = rel
             commit.puts.append((CATALOG, _key(rel), json.dumps(rel.to_json()).encode()))
+        roles = dict(self._snapshot.stored_roles)
+        for role in remove_roles:
+            roles.pop(role.name, None)
+            commit.deletes.append((CATALOG, ROLE_PREFIX + role.name.encode()))
+        for role in put_roles:
+            roles[role.name] = role
+            commit.puts.append((CATALOG, ROLE_PREFIX + role.name.encode(), json.dumps(role.to_json()).encode()))
+        # Every change, GRANT and REVOKE and role changes included, bumps the version: sessions key
+        # their cached statements and plans (privileges checked when planned) by it.
         version = self._snapshot.version + 1
         commit.puts.append(self._meta_put(version, next_id))
-        return commit, added, CatalogSnapshot(version, relations, objects)
+        return commit, added, CatalogSnapshot(version, relations, objects, roles)
 
     def applied(self, snapshot: CatalogSnapshot) -> None:
         """Install the snapshot of a change whose commit is durable."""

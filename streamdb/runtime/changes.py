@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
+from streamdb.errors import NumericValueOutOfRange
 
 ROWTIME = "rowtime"
 WEIGHT = "__weight"
@@ -25,6 +26,8 @@ ROWKEY = "__rowkey"
 JSON_VALUE = "__json"
 
 _NUMERIC_SCALE = decimal.Decimal(1).scaleb(-10)
+_NUMERIC_INTEGER_DIGITS = 28
+_NUMERIC_CONTEXT = decimal.Context(prec=38 + 2)
 
 
 def batch_schema(rel: RelationDef) -> pa.Schema:
@@ -49,7 +52,15 @@ def to_arrow_value(v: Any, t: T.SqlType) -> Any:
         days, rem = divmod(micros, 86_400_000_000)
         return pa.scalar((0, days, rem * 1000), type=pa.month_day_nano_interval()).as_py()
     if t is T.NUMERIC and isinstance(v, decimal.Decimal):
-        return v.quantize(_NUMERIC_SCALE) if v.is_finite() else None
+        if not v.is_finite():
+            return None
+        # Stored as decimal128(38, 10): at most 28 digits before the point. Larger values are the
+        # client's error (22003), not an InvalidOperation escaping as an internal error.
+        if v.adjusted() >= _NUMERIC_INTEGER_DIGITS:
+            raise NumericValueOutOfRange(
+                "numeric field overflow",
+                detail=f"A stored numeric value must be less than 10^{_NUMERIC_INTEGER_DIGITS} in absolute value.")
+        return v.quantize(_NUMERIC_SCALE, context=_NUMERIC_CONTEXT)
     if t is T.UUID:
         return str(v)
     return v

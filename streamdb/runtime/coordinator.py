@@ -17,6 +17,7 @@ from streamdb.runtime.statements import (
     flush,
     insert,
     objects,
+    roles,
     select,
     session_stmt,
     show,
@@ -51,6 +52,9 @@ HANDLERS: dict[type, Handler] = {
     P.DeclareCursorPlan: cursor.declare,
     P.FetchPlan: cursor.fetch,
     P.CloseCursorPlan: cursor.close,
+    P.RolePlan: roles.execute_role,
+    P.DropRolePlan: roles.execute_drop,
+    P.GrantPlan: roles.execute_grant,
 }
 
 

@@ -43,8 +43,54 @@ def connection() -> duckdb.DuckDBPyConnection:
         launch_gate.wait(GATE_TIMEOUT_SECONDS)
         con = duckdb.connect(":memory:")
         _setup(con)
+        interrupted = threading.Event()
+        _install_pg_sleep(con, interrupted)
         _local.con = con
+        _local.interrupted = interrupted
     return con
+
+
+def _install_pg_sleep(con: duckdb.DuckDBPyConnection, interrupted: threading.Event) -> None:
+    """pg_sleep(seconds) as Postgres has it; it wakes early when its query is interrupted
+    (DuckDB's interrupt does not reach into a Python function)."""
+
+    def sleep(seconds: float) -> str:
+        if seconds > 0:
+            interrupted.wait(seconds)
+        return ""  # Postgres returns void, which clients show as an empty value
+
+    con.create_function("sdb_pg_sleep", sleep, ["double"], "varchar", side_effects=True)
+
+
+class Interruptible:
+    """A handle on the embedded query a worker thread runs, so that the event loop can stop it
+    (statement timeout, cancel request) instead of letting it run on in the background."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._event: threading.Event | None = None
+        self.interrupted = False
+
+    def attach(self, con: duckdb.DuckDBPyConnection) -> None:
+        event: threading.Event = _local.interrupted
+        with self._lock:
+            if self.interrupted:
+                raise errors.QueryCanceled("canceling statement due to user request")
+            event.clear()
+            self._con, self._event = con, event
+
+    def detach(self) -> None:
+        with self._lock:
+            self._con = self._event = None
+
+    def interrupt(self) -> None:
+        with self._lock:
+            self.interrupted = True
+            if self._con is not None:
+                self._con.interrupt()
+            if self._event is not None:
+                self._event.set()
 
 
 @contextmanager
@@ -62,12 +108,18 @@ def registered(tables: dict[str, pa.Table]) -> Iterator[duckdb.DuckDBPyConnectio
                 pass
 
 
-def run(sql: str, tables: dict[str, pa.Table], params: list[object] | None = None) -> pa.Table:
+def run(sql: str, tables: dict[str, pa.Table], params: list[object] | None = None,
+        handle: Interruptible | None = None) -> pa.Table:
     with registered(tables) as con:
+        if handle is not None:
+            handle.attach(con)
         try:
             return (con.sql(sql, params=params) if params else con.sql(sql)).to_arrow_table()
         except duckdb.Error as e:
             raise translate_error(e) from None
+        finally:
+            if handle is not None:
+                handle.detach()
 
 
 _COLUMN_NOT_FOUND = re.compile(r'Referenced column "([^"]+)" not found')

@@ -10,8 +10,9 @@ import threading
 from pathlib import Path
 
 from streamdb.config import Settings
-from streamdb.errors import InvalidCatalogName, Notice
+from streamdb.errors import InvalidAuthorization, InvalidCatalogName, Notice
 from streamdb.runtime import embedded
+from streamdb.runtime.api import LoginInfo
 from streamdb.runtime.catalog_store import CatalogStore
 from streamdb.runtime.reader import RelationReader
 from streamdb.runtime.views import ViewMaintainer
@@ -97,9 +98,20 @@ class Engine:
         Returns a warning for each view that is failing and so could not catch up."""
         return await self.views.flush()
 
+    def login_info(self, user: str) -> LoginInfo | None:
+        role = self.catalog.snapshot().role(user)
+        if role is None:
+            return None
+        return LoginInfo(role.name, role.can_login, role.superuser, role.scram_verifier, role.md5_hash)
+
     def new_session(self, user: str, database: str, options: dict[str, str]):
         from streamdb.runtime.session import EngineSession
 
+        role = self.catalog.snapshot().role(user)
+        if role is None:
+            raise InvalidAuthorization(f'role "{user}" does not exist')
+        if not role.can_login:
+            raise InvalidAuthorization(f'role "{user}" is not permitted to log in')
         if database not in (self.settings.database, user) and database != "":
             raise InvalidCatalogName(f'database "{database}" does not exist',
                                      hint=f'The database is called "{self.settings.database}".')

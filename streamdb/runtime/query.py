@@ -16,7 +16,7 @@ from streamdb import types as T
 from streamdb.errors import UndefinedTable
 from streamdb.planner.context import SessionInfo
 from streamdb.planner.plans import QueryPlan
-from streamdb.runtime import embedded, system_catalog
+from streamdb.runtime import embedded, limits, system_catalog
 from streamdb.runtime.api import Column
 from streamdb.runtime.changes import from_arrow_value
 from streamdb.runtime.reader import KeyIndex
@@ -60,8 +60,11 @@ class NeedsLiterals(Exception):
     """A query with parameter values needs Spark, which takes them only as literals."""
 
 
-def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo) -> tuple[str, list[tuple[Any, ...]]]:
-    """Returns the engine used and the rows."""
+def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
+                 handle: embedded.Interruptible | None = None,
+                 limit_result: bool = False) -> tuple[str, list[tuple[Any, ...]]]:
+    """Returns the engine used and the rows. `limit_result`: a result for the client, held in
+    memory, so max_result_rows / max_result_bytes apply (54000)."""
     tables = gather_inputs(engine, plan, session)
     input_rows = sum(t.num_rows for t in tables.values())
     spark = engine.spark
@@ -79,8 +82,12 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo) -> tuple
         result = spark.run_query(plan.spark_sql, tables)
         engine_used = "spark"
     else:
-        result = embedded.run(plan.duckdb_sql, tables, [_duck_value(v) for v in plan.params])
+        result = embedded.run(plan.duckdb_sql, tables, [_duck_value(v) for v in plan.params], handle)
         engine_used = "embedded"
+    if limit_result:
+        limits.check_result_size(
+            result, limits.effective_max_rows(engine.settings.max_result_rows, session.settings),
+            engine.settings.max_result_bytes)
     return engine_used, arrow_to_rows(result, plan.columns)
 
 
@@ -130,8 +137,8 @@ async def run(engine: Engine, plan: QueryPlan, session: SessionInfo) -> list[tup
     return (await run_reporting_engine(engine, plan, session))[1]
 
 
-async def run_reporting_engine(engine: Engine, plan: QueryPlan,
-                               session: SessionInfo) -> tuple[str, list[tuple[Any, ...]]]:
+async def run_reporting_engine(engine: Engine, plan: QueryPlan, session: SessionInfo,
+                               limit_result: bool = False) -> tuple[str, list[tuple[Any, ...]]]:
     if plan.lookup is not None:
         # A current index answers on the event loop: a thread hop would cost more than the lookup.
         rows = lookup_rows(engine, plan, build=False)
@@ -139,7 +146,12 @@ async def run_reporting_engine(engine: Engine, plan: QueryPlan,
             rows = await asyncio.to_thread(lookup_rows, engine, plan, build=True)
         assert rows is not None
         return "index", rows
-    return await asyncio.to_thread(run_blocking, engine, plan, session)
+    handle = embedded.Interruptible()
+    try:
+        return await asyncio.to_thread(run_blocking, engine, plan, session, handle, limit_result)
+    except asyncio.CancelledError:
+        handle.interrupt()  # a timeout or cancel request: stop the embedded query's work too
+        raise
 
 
 def _pg_array_text(v: list[Any]) -> str:
@@ -168,6 +180,11 @@ def value_converter(arrow_type: pa.DataType, t: T.SqlType) -> Any:
         return lambda v: None if v is None else json.dumps(v, default=str)
     if t is T.INTERVAL or t is T.NUMERIC:
         return lambda v: from_arrow_value(v, t)
+    if isinstance(t, T.ArraySqlType) and t.element in (T.INTERVAL, T.NUMERIC):
+        # e.g. array_agg over an INTERVAL: Arrow's MonthDayNano elements (tuples) would otherwise
+        # be formatted as nested arrays.
+        element = t.element
+        return lambda v: None if v is None else [from_arrow_value(x, element) for x in v]
     return None
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamdb import planner
 from streamdb import types as T
+from streamdb.auth import redact_sql
 from streamdb.errors import (
     FeatureNotSupported,
     InFailedTransaction,
@@ -22,8 +23,8 @@ from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import TypedValue, coerce
 from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
 from streamdb.planner.names import normalize as normalize_identifier
-from streamdb.planner.plans import Plan, QueryPlan
-from streamdb.runtime import coordinator
+from streamdb.planner.plans import CopyToPlan, DeclareCursorPlan, FetchPlan, Plan, QueryPlan, SubscribePlan
+from streamdb.runtime import coordinator, limits
 from streamdb.runtime.api import CopyInRequest, ExecutionResult, PreparedStatement, Statement
 from streamdb.runtime.query import NeedsLiterals
 from streamdb.runtime.statements import copy as copy_runtime
@@ -120,16 +121,23 @@ class EngineSession:
         # Plans of parameterised queries, by statement: (statement, catalog version, types, plan,
         # whether the embedded engine can take the values as parameters).
         self._plans: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...], QueryPlan, bool]] = {}
-        self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user}
+        role = engine.catalog.snapshot().role(user)
+        self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user,
+                          "is_superuser": "on" if role is not None and role.superuser else "off",
+                          # Sessions start with the server's limits (docs/limits.md).
+                          "statement_timeout": limits.format_duration_ms(engine.settings.statement_timeout_ms),
+                          "idle_in_transaction_session_timeout": limits.format_duration_ms(
+                              engine.settings.idle_in_transaction_session_timeout_ms)}
         self.settings = dict(self._defaults)
         if options.get("application_name"):
             self.settings["application_name"] = options["application_name"]
         for k, v in options.items():
             k = k.lower()
             if k in self.settings and k not in READ_ONLY:
-                self.settings[k] = v
+                self.settings[k] = limits.normalize_setting(k, v, engine.settings.max_result_rows)
         self._running: asyncio.Task[Any] | None = None
         self._cancelled = False
+        self._timed_out = False
         self._settings_hash: int | None = None
         # Shapes of literal SQL: text with $n -> (catalog version and settings, the statement
         # with $n when it may run with the literals as parameters, literal kinds, parameter types).
@@ -168,6 +176,7 @@ class EngineSession:
             value = "UTC"
         if name == "client_encoding" and value.upper().replace("-", "") not in ("UTF8", "UNICODE"):
             raise FeatureNotSupported(f'client encoding "{value}" is not supported; use UTF8')
+        value = limits.normalize_setting(name, value, self.engine.settings.max_result_rows)
         self.settings[name] = value
         self._settings_hash = None
         return {REPORTED[name]: value} if name in REPORTED else {}
@@ -285,6 +294,7 @@ class EngineSession:
             raise InFailedTransaction(
                 "current transaction is aborted, commands ignored until end of transaction block")
         self._cancelled = False
+        self._timed_out = False
         if params is None and statement.params is not None:
             params = list(statement.params)
         try:
@@ -307,6 +317,7 @@ class EngineSession:
                     return answered
             task = asyncio.ensure_future(coordinator.execute(plan, ExecContext(self.engine, self)))
             self._running = task
+            timer = None if _runs_until_cancelled(plan) else self._arm_statement_timer()
             try:
                 try:
                     return await task
@@ -319,11 +330,14 @@ class EngineSession:
                     self._running = task
                     return await task
             except asyncio.CancelledError:
-                if self._cancelled:
-                    raise QueryCanceled("canceling statement due to user request") from None
+                reason = self._cancellation()
+                if reason is not None:
+                    raise reason from None
                 raise
             finally:
                 self._running = None
+                if timer is not None:
+                    timer.cancel()
         except StreamDBError as e:
             # The parser tokenizes the whole query string, so node positions count from its start;
             # the wire layer adds the statement's offset, so hand back a statement-relative one.
@@ -335,7 +349,7 @@ class EngineSession:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - any bug becomes XX000, the connection stays up
-            log.exception("internal error running %r", statement.sql)
+            log.exception("internal error running %r", redact_sql(statement.sql))  # no passwords in logs
             self._fail()
             raise InternalError(f"internal error: {type(e).__name__}: {e}") from e
 
@@ -374,13 +388,55 @@ class EngineSession:
                 (k, v) for k, v in self.settings.items() if k != "streamdb.last_query_engine")))
         return self._settings_hash
 
+    def _arm_statement_timer(self) -> asyncio.TimerHandle | None:
+        """Cancel the running statement once statement_timeout passes (None: no timeout)."""
+        timeout_ms = limits.parse_duration_ms("statement_timeout", self.settings.get("statement_timeout", "0"))
+        if not timeout_ms:
+            return None
+        return asyncio.get_running_loop().call_later(timeout_ms / 1000, self._statement_timed_out)
+
+    def _statement_timed_out(self) -> None:
+        task = self._running
+        if task is not None and not task.done():
+            self._timed_out = True
+            task.cancel()
+
+    @property
+    def idle_in_transaction_timeout(self) -> float | None:
+        """Seconds this session may wait for a command inside a transaction block; None: no limit."""
+        timeout_ms = limits.parse_duration_ms(
+            "idle_in_transaction_session_timeout", self.settings.get("idle_in_transaction_session_timeout", "0"))
+        return timeout_ms / 1000 if timeout_ms else None
+
     def _fail(self) -> None:
         if self.txn_status == "T":
             self.txn_status = "E"
 
+    def _cancellation(self) -> QueryCanceled | None:
+        """Why the running statement was cancelled, if by the timeout or the client."""
+        if self._timed_out:
+            return QueryCanceled("canceling statement due to statement timeout")
+        if self._cancelled:
+            return QueryCanceled("canceling statement due to user request")
+        return None
+
     async def finish_copy_in(self, request: CopyInRequest, data: bytes) -> ExecutionResult:
+        self._cancelled = self._timed_out = False
+        task = asyncio.ensure_future(copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self)))
+        self._running = task
+        timer = self._arm_statement_timer()
         try:
-            result = await copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self))
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                reason = self._cancellation()
+                if reason is not None:
+                    raise reason from None
+                raise
+            finally:
+                self._running = None
+                if timer is not None:
+                    timer.cancel()
             if self.implicit_flush():
                 result.notices.extend(await self.engine.flush())
             return result
@@ -414,6 +470,16 @@ class EngineSession:
         self.close_cursors()
         self.cancel()
         self.engine.sessions.pop(self.pid, None)
+
+
+def _runs_until_cancelled(plan: Plan) -> bool:
+    """Push queries and waits for their rows are long-lived by design: statement_timeout
+    does not apply to them (as in Materialize)."""
+    if isinstance(plan, DeclareCursorPlan):
+        return isinstance(plan.inner, SubscribePlan)
+    if isinstance(plan, CopyToPlan):
+        return plan.subscribe is not None
+    return isinstance(plan, (SubscribePlan, FetchPlan))
 
 
 def _fits(value: Any, sql_type: T.SqlType) -> bool:

@@ -29,7 +29,16 @@ from typing import Any
 import pyarrow as pa
 
 from streamdb import types as T
-from streamdb.catalog import PUBLIC_SCHEMA, PUBLIC_SCHEMA_OID, CatalogSnapshot, RelationDef
+from streamdb.catalog import (
+    BOOTSTRAP_ROLE,
+    PRIVILEGE_LETTERS,
+    PUBLIC_GRANTEE,
+    PUBLIC_SCHEMA,
+    PUBLIC_SCHEMA_OID,
+    CatalogSnapshot,
+    RelationDef,
+    RoleDef,
+)
 from streamdb.planner.context import SERVER_VERSION, SERVER_VERSION_NUM, SessionInfo
 from streamdb.types import SqlType
 
@@ -572,7 +581,8 @@ def _pg_class(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
         kind = relkind(rel)
         rows.append({
             "oid": rel.oid, "relname": rel.name, "relnamespace": namespace_oid(rel.schema),
-            "relowner": SUPERUSER_OID, "relam": HEAP_AM_OID if kind != "v" else 0,
+            "relowner": role_oid(cat, rel.owner), "relam": HEAP_AM_OID if kind != "v" else 0,
+            "relacl": relacl(cat, rel),
             "relfilenode": rel.oid if kind != "v" else 0, "reltuples": -1.0,
             "relhasindex": has_pkey(rel), "relpersistence": "p", "relkind": kind,
             "relnatts": len(rel.columns), "relhasrules": kind == "v", "relispopulated": True,
@@ -581,7 +591,7 @@ def _pg_class(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
         if has_pkey(rel):
             rows.append({
                 "oid": index_oid(rel), "relname": pkey_name(rel),
-                "relnamespace": namespace_oid(rel.schema), "relowner": SUPERUSER_OID,
+                "relnamespace": namespace_oid(rel.schema), "relowner": role_oid(cat, rel.owner),
                 "relam": BTREE_AM_OID, "relfilenode": index_oid(rel), "reltuples": -1.0,
                 "relpersistence": "p", "relkind": "i", "relnatts": len(rel.primary_key),
                 "relispopulated": True, "relreplident": "n",
@@ -709,24 +719,45 @@ def _pg_database(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
     ]
 
 
-def _role(s: SessionInfo) -> Row:
-    return {"oid": SUPERUSER_OID, "rolname": s.user, "rolsuper": True, "rolinherit": True,
-            "rolcreaterole": True, "rolcreatedb": True, "rolcanlogin": True,
-            "rolreplication": True, "rolbypassrls": True, "rolconnlimit": -1,
+def role_oid(cat: CatalogSnapshot, name: str) -> int:
+    role = cat.role(name)
+    return role.oid if role is not None else SUPERUSER_OID
+
+
+def relacl(cat: CatalogSnapshot, rel: RelationDef) -> list[str] | None:
+    """Postgres's aclitems (`bob=r/owner`) once anything was granted; NULL means the owner's defaults."""
+    if not rel.grants:
+        return None
+    by_role: dict[str, str] = {}
+    for role, privilege in rel.grants:
+        by_role[role] = by_role.get(role, "") + PRIVILEGE_LETTERS[privilege]
+    items = [f"{rel.owner}=arwdDxt/{rel.owner}"]
+    items += [f"{'' if role == PUBLIC_GRANTEE else role}={''.join(sorted(letters, key='arwd'.index))}/{rel.owner}"
+              for role, letters in sorted(by_role.items())]
+    return items
+
+
+def _role(role: RoleDef) -> Row:
+    # Passwords never show: pg_roles masks them as Postgres does, and pg_authid, which holds
+    # the verifiers in Postgres, shows NULL here.
+    return {"oid": role.oid, "rolname": role.name, "rolsuper": role.superuser, "rolinherit": True,
+            "rolcreaterole": role.superuser, "rolcreatedb": role.superuser, "rolcanlogin": role.can_login,
+            "rolreplication": role.superuser, "rolbypassrls": role.superuser, "rolconnlimit": -1,
             "rolpassword": "********"}
 
 
 def _pg_roles(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
-    return [_role(s)]
+    return [_role(r) for r in cat.roles()]
 
 
 def _pg_authid(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
-    return [_role(s) | {"rolpassword": None}]
+    return [_role(r) | {"rolpassword": None} for r in cat.roles()]
 
 
 def _pg_user(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
-    return [{"usename": s.user, "usesysid": SUPERUSER_OID, "usecreatedb": True,
-             "usesuper": True, "userepl": True, "usebypassrls": True, "passwd": "********"}]
+    return [{"usename": r.name, "usesysid": r.oid, "usecreatedb": r.superuser,
+             "usesuper": r.superuser, "userepl": r.superuser, "usebypassrls": r.superuser, "passwd": "********"}
+            for r in cat.roles() if r.can_login]
 
 
 def default_settings(session: SessionInfo) -> dict[str, str]:
@@ -815,27 +846,27 @@ def _user_rels(cat: CatalogSnapshot, *kinds: str) -> list[RelationDef]:
 
 
 def _pg_views(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
-    rows = [{"schemaname": r.schema, "viewname": r.name, "viewowner": s.user,
+    rows = [{"schemaname": r.schema, "viewname": r.name, "viewowner": r.owner,
              "definition": view_definition(r)} for r in _user_rels(cat, "view")]
     for schema, name, _ in _system_relations():
         if name in _SYSTEM_VIEWS or schema == "information_schema":
-            rows.append({"schemaname": schema, "viewname": name, "viewowner": s.user,
+            rows.append({"schemaname": schema, "viewname": name, "viewowner": BOOTSTRAP_ROLE,
                          "definition": ""})
     return rows
 
 
 def _pg_matviews(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
-    return [{"schemaname": r.schema, "matviewname": r.name, "matviewowner": s.user,
+    return [{"schemaname": r.schema, "matviewname": r.name, "matviewowner": r.owner,
              "hasindexes": has_pkey(r), "ispopulated": True, "definition": view_definition(r)}
             for r in _user_rels(cat, "materialized_view")]
 
 
 def _pg_tables(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
-    rows = [{"schemaname": r.schema, "tablename": r.name, "tableowner": s.user,
+    rows = [{"schemaname": r.schema, "tablename": r.name, "tableowner": r.owner,
              "hasindexes": has_pkey(r)} for r in _user_rels(cat, "table", "stream")]
     for schema, name, _ in _system_relations():
         if schema == "pg_catalog" and name not in _SYSTEM_VIEWS:
-            rows.append({"schemaname": schema, "tablename": name, "tableowner": s.user})
+            rows.append({"schemaname": schema, "tablename": name, "tableowner": BOOTSTRAP_ROLE})
     return rows
 
 
@@ -847,7 +878,7 @@ def _pg_indexes(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
 
 def _pg_stat_activity(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
     return [{"datid": DATABASE_OID, "datname": s.database, "pid": s.backend_pid,
-             "usesysid": SUPERUSER_OID, "usename": s.user,
+             "usesysid": role_oid(cat, s.user), "usename": s.user,
              "application_name": s.application_name, "client_port": -1, "state": "active",
              "backend_type": "client backend", "query": ""}]
 

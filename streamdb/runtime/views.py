@@ -28,7 +28,14 @@ from sqlglot import exp
 
 from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
-from streamdb.errors import InternalError, Notice, ObjectNotInPrerequisiteState, QueryCanceled, StreamDBError
+from streamdb.errors import (
+    DiskFull,
+    InternalError,
+    Notice,
+    ObjectNotInPrerequisiteState,
+    QueryCanceled,
+    StreamDBError,
+)
 from streamdb.planner import query as query_planner
 from streamdb.planner.aggregate import IncrementalAggregate, incremental_aggregate
 from streamdb.planner.coerce import coerce
@@ -55,6 +62,7 @@ META = "meta"
 FLUSH_TIMEOUT_SECONDS = 300
 # Views whose result depends on the time (temporal filters) are re-evaluated this often.
 TICK_SECONDS = 1.0
+DISK_FULL_RETRY_SECONDS = 2.0  # how often a view whose commit hit a full disk tries again
 VIEWS_PER_JOB = 16
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
 _WEIGHT_COLUMN = Column(WEIGHT, T.BIGINT)
@@ -97,6 +105,8 @@ def _normalize(v: Any) -> Any:
         return v.normalize() if v.is_finite() else v
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC)
+    if isinstance(v, list):  # arrays (array_agg, INT[] columns): rows are counted in a Counter
+        return tuple(_normalize(x) for x in v)
     return v
 
 
@@ -254,13 +264,17 @@ class ViewMaintainer:
             except StreamDBError as e:
                 log.error("views cannot be maintained: %s", e.message)
         while True:
+            # Time-dependent views tick; views whose commit failed for lack of disk space retry
+            # (the space may be freed without any new write to wake the loop).
+            timeout = None
             if any(st.time_dependent for st in self.status.values()):
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=TICK_SECONDS)
-                except TimeoutError:
-                    pass
-            else:
-                await self._wake.wait()
+                timeout = TICK_SECONDS
+            elif any(st.error_sqlstate == DiskFull.sqlstate for st in self.status.values()):
+                timeout = DISK_FULL_RETRY_SECONDS
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            except TimeoutError:
+                pass
             self._wake.clear()
             await asyncio.sleep(0.01)  # let a burst of writes land in one epoch
             try:

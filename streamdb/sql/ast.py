@@ -247,3 +247,44 @@ class DropConnector(exp.Drop):
     qualifier. The names are exp.Table nodes in `tables`, as for every DROP."""
 
     arg_types = {**exp.Drop.arg_types, "direction": False}
+
+
+# ---- roles and privileges ------------------------------------------------------------------
+
+
+class RoleOption(exp.Expression):
+    """One option of CREATE/ALTER ROLE: `this` is the upper-case word (LOGIN, NOLOGIN, SUPERUSER,
+    NOSUPERUSER, PASSWORD); `expression` the password literal or exp.Null for PASSWORD."""
+
+    arg_types = {"this": True, "expression": False}
+
+
+class CreateRole(exp.Expression):
+    """CREATE ROLE | USER name [[WITH] option ...]. `kind` is 'ROLE' or 'USER' (USER implies LOGIN)."""
+
+    arg_types = {"this": True, "kind": True, "options": False}
+
+
+class AlterRole(exp.Expression):
+    """ALTER ROLE | USER name [WITH] option ..."""
+
+    arg_types = {"this": True, "kind": True, "options": False}
+
+
+class DropRole(exp.Expression):
+    """DROP ROLE | USER [IF EXISTS] name [, ...]"""
+
+    arg_types = {"kind": True, "expressions": True, "exists": False}
+
+
+class GrantPrivileges(exp.Expression):
+    """GRANT privilege [, ...] ON [TABLE] name [, ...] TO role [, ...]. `privileges` are upper-case
+    words (SELECT, INSERT, UPDATE, DELETE, ALL); `roles` identifiers (PUBLIC for everyone)."""
+
+    arg_types = {"privileges": True, "tables": True, "roles": True}
+
+
+class RevokePrivileges(exp.Expression):
+    """REVOKE privilege [, ...] ON [TABLE] name [, ...] FROM role [, ...]"""
+
+    arg_types = {"privileges": True, "tables": True, "roles": True}

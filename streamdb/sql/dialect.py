@@ -164,6 +164,9 @@ class StreamDB(Postgres):
             TokenType.SET: lambda self: self._parse_set_statement(),
             TokenType.SHOW: lambda self: self._parse_show(),
             TokenType.FETCH: lambda self: self._parse_fetch(),
+            TokenType.ALTER: lambda self: self._parse_alter_statement(),
+            TokenType.GRANT: lambda self: self._parse_grant_privileges(ast.GrantPrivileges, "TO"),
+            TokenType.REVOKE: lambda self: self._parse_grant_privileges(ast.RevokePrivileges, "FROM"),
         }
 
         # RisingWave's `CREATE TABLE t (...) APPEND ONLY`: a table that only ever grows.
@@ -693,6 +696,8 @@ class StreamDB(Postgres):
 
         def _parse_create_statement(self) -> exp.Expr:
             index = self._index
+            if self._match_texts(("ROLE", "USER")):
+                return self._parse_role_statement(ast.CreateRole, self._prev.text.upper())
             replace = self._match_pair(TokenType.OR, TokenType.REPLACE)
             external = self._match_text_seq("EXTERNAL")
             if self._match_text_seq("STREAM"):
@@ -1004,6 +1009,11 @@ class StreamDB(Postgres):
         # ---- DROP ----------------------------------------------------------------------------
 
         def _parse_drop_statement(self) -> exp.Expr:
+            if self._match_texts(("ROLE", "USER")):
+                kind = self._prev.text.upper()
+                exists = self._parse_exists()
+                names = self._parse_csv(self._parse_role_name)
+                return self.expression(ast.DropRole(kind=kind, expressions=names, exists=exists or None))
             if self._match_text_seq("CONNECTOR"):
                 return self._parse_drop_connector(None)
             if not self._match_texts(STREAMING_DROP_KINDS):
@@ -1041,6 +1051,60 @@ class StreamDB(Postgres):
                     restrict=restrict or None,
                 )
             )
+
+        # ---- roles and privileges -------------------------------------------------------------
+
+        ROLE_FLAGS = ("LOGIN", "NOLOGIN", "SUPERUSER", "NOSUPERUSER")
+        PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "ALL")
+
+        def _parse_role_name(self) -> exp.Identifier:
+            ident = self._parse_id_var(any_token=False)
+            if not isinstance(ident, exp.Identifier):
+                self.raise_error("Expected a role name")
+            return t.cast(exp.Identifier, ident)
+
+        def _parse_role_statement(self, node: type[exp.Expr], kind: str) -> exp.Expr:
+            name = self._parse_role_name()
+            self._match(TokenType.WITH)
+            options: list[exp.Expr] = []
+            while self._curr and self._curr.token_type != TokenType.SEMICOLON:
+                if self._match_texts(self.ROLE_FLAGS):
+                    options.append(self.expression(ast.RoleOption(this=self._prev.text.upper())))
+                elif self._match_text_seq("PASSWORD"):
+                    value = exp.Null() if self._match(TokenType.NULL) else self._parse_string()
+                    if value is None:
+                        self.raise_error("Expected a password string or NULL")
+                    options.append(self.expression(ast.RoleOption(this="PASSWORD", expression=value)))
+                else:
+                    self.raise_error("Unsupported role option (LOGIN, NOLOGIN, SUPERUSER, NOSUPERUSER, PASSWORD)")
+            if node is ast.AlterRole and not options:
+                self.raise_error("Expected a role option")
+            return self.expression(node(this=name, kind=kind, options=options or None))
+
+        def _parse_alter_statement(self) -> exp.Expr:
+            if self._match_texts(("ROLE", "USER")):
+                return self._parse_role_statement(ast.AlterRole, self._prev.text.upper())
+            return self._parse_alter()
+
+        def _parse_grant_privileges(self, node: type[exp.Expr], preposition: str) -> exp.Expr:
+            privileges: list[str] = []
+            while True:
+                if not self._match_texts(self.PRIVILEGES):
+                    self.raise_error("Expected a privilege (SELECT, INSERT, UPDATE, DELETE or ALL)")
+                privileges.append(self._prev.text.upper())
+                if privileges[-1] == "ALL":
+                    self._match_text_seq("PRIVILEGES")
+                if not self._match(TokenType.COMMA):
+                    break
+            if not self._match(TokenType.ON):
+                self.raise_error("Expected ON")
+            self._match(TokenType.TABLE)
+            tables = self._parse_csv(lambda: self._parse_table_parts(schema=True))
+            if not self._match_text_seq(preposition):
+                self.raise_error(f"Expected {preposition}")
+            roles = self._parse_csv(self._parse_role_name)
+            return self.expression(node(privileges=[exp.Var(this=p) for p in privileges], tables=tables,
+                                        roles=roles))
 
         # ---- COPY ----------------------------------------------------------------------------
 
@@ -1220,7 +1284,25 @@ class StreamDB(Postgres):
             ast.SourceInclude: lambda self, e: self.sourceinclude_sql(e),
             ast.CreateSink: lambda self, e: self.createsink_sql(e),
             ast.DropConnector: lambda self, e: self.dropconnector_sql(e),
+            ast.RoleOption: lambda self, e: e.this + (f" {self.sql(e, 'expression')}" if e.args.get("expression") else ""),
+            ast.CreateRole: lambda self, e: self.role_sql("CREATE", e),
+            ast.AlterRole: lambda self, e: self.role_sql("ALTER", e),
+            ast.DropRole: lambda self, e: f"DROP {e.args['kind']} {'IF EXISTS ' if e.args.get('exists') else ''}"
+                                          f"{self.expressions(e, flat=True)}",
+            ast.GrantPrivileges: lambda self, e: self.privileges_sql("GRANT", "TO", e),
+            ast.RevokePrivileges: lambda self, e: self.privileges_sql("REVOKE", "FROM", e),
         }
+
+        def role_sql(self, verb: str, expression: exp.Expr) -> str:
+            options = " ".join(self.sql(o) for o in expression.args.get("options") or [])
+            return f"{verb} {expression.args['kind']} {self.sql(expression, 'this')}" + (
+                f" WITH {options}" if options else "")
+
+        def privileges_sql(self, verb: str, preposition: str, expression: exp.Expr) -> str:
+            privileges = ", ".join(p.name for p in expression.args["privileges"])
+            tables = ", ".join(self.sql(t) for t in expression.args["tables"])
+            roles = ", ".join(self.sql(r) for r in expression.args["roles"])
+            return f"{verb} {privileges} ON TABLE {tables} {preposition} {roles}"
 
         def subscribe_sql(self, expression: ast.Subscribe) -> str:
             target = expression.this

@@ -60,6 +60,11 @@ STATEMENT_TYPES: tuple[type[exp.Expr], ...] = (
     ast.CreateConnector,
     ast.CreateSource,
     ast.CreateSink,
+    ast.CreateRole,
+    ast.AlterRole,
+    ast.DropRole,
+    ast.GrantPrivileges,
+    ast.RevokePrivileges,
 )
 
 

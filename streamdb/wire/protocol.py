@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from streamdb.errors import ProtocolViolation
+from streamdb.errors import CharacterNotInRepertoire, ProtocolViolation
 
 PROTOCOL_3_0 = 196608  # 3 << 16
 SSL_REQUEST_CODE = 80877103
@@ -40,6 +40,22 @@ def cstring(text: str) -> bytes:
 
 def authentication_ok() -> bytes:
     return message(b"R", _INT32.pack(0))
+
+
+def authentication_md5_password(salt: bytes) -> bytes:
+    return message(b"R", _INT32.pack(5) + salt)
+
+
+def authentication_sasl(mechanisms: Sequence[str]) -> bytes:
+    return message(b"R", _INT32.pack(10) + b"".join(cstring(m) for m in mechanisms) + b"\x00")
+
+
+def authentication_sasl_continue(data: bytes) -> bytes:
+    return message(b"R", _INT32.pack(11) + data)
+
+
+def authentication_sasl_final(data: bytes) -> bytes:
+    return message(b"R", _INT32.pack(12) + data)
 
 
 def parameter_status(name: str, value: str) -> bytes:
@@ -178,14 +194,22 @@ class MessageReader:
         self.pos = end + 1
         try:
             return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolViolation("invalid byte sequence for encoding \"UTF8\"") from None
+        except UnicodeDecodeError as e:
+            # PostgreSQL's wording and SQLSTATE (22021), naming the offending bytes.
+            bad = " ".join(f"0x{b:02x}" for b in raw[e.start:e.end])
+            raise CharacterNotInRepertoire(f'invalid byte sequence for encoding "UTF8": {bad}') from None
 
     def remaining(self) -> int:
         return len(self.data) - self.pos
 
     def rest(self) -> bytes:
         return self._take(self.remaining())
+
+    def end(self) -> None:
+        """The message must be fully read: trailing bytes (e.g. after a NUL inside a query
+        string) are refused, as PostgreSQL's pq_getmsgend does, rather than silently ignored."""
+        if self.pos != len(self.data):
+            raise ProtocolViolation("invalid message format")
 
 
 def parse_startup_parameters(body: bytes) -> dict[str, str]:

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import logging
 import secrets
+import ssl
 import struct
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,11 +22,14 @@ from typing import Any
 
 from streamdb import types as T
 from streamdb import values
+from streamdb.auth import redact_sql
 from streamdb.errors import (
     FeatureNotSupported,
+    IdleInTransactionSessionTimeout,
     InternalError,
     InvalidAuthorization,
     InvalidCursorName,
+    InvalidPassword,
     InvalidSqlStatementName,
     Notice,
     ProtocolViolation,
@@ -43,7 +47,7 @@ from streamdb.runtime.api import (
     Statement,
 )
 from streamdb.types import SqlType
-from streamdb.wire import codecs
+from streamdb.wire import codecs, scram
 from streamdb.wire import protocol as pq
 
 log = logging.getLogger("streamdb.wire")
@@ -56,6 +60,13 @@ _MAX_QUEUED_MESSAGES = 1000
 # Message types of the extended query protocol: an error in one of them discards
 # everything up to the next Sync.
 _EXTENDED_MESSAGES = frozenset(b"PBDECHS")
+# Every message type a frontend may send (PostgreSQL's SocketBackend list).
+_FRONTEND_MESSAGE_TYPES = frozenset(bytes([t]) for t in b"QPBDECSHFXdcf")
+AUTH_METHODS = ("trust", "scram-sha-256", "md5")
+# A client must finish the password exchange within this (PostgreSQL's authentication_timeout).
+_AUTHENTICATION_TIMEOUT_SECONDS = 60.0
+# Longest password / SASL message accepted (PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH).
+_MAX_AUTH_MESSAGE_BYTES = 65535
 
 
 class _ConnectionClosed(Exception):
@@ -81,12 +92,22 @@ class WireServer:
         *,
         max_connections: int = 100,
         max_message_bytes: int = 64 * 1024 * 1024,
+        auth_method: str = "trust",
+        ssl_context: ssl.SSLContext | None = None,
+        tls_required: bool = False,
     ) -> None:
+        if auth_method not in AUTH_METHODS:
+            raise ValueError(f"unknown auth_method {auth_method!r}")
+        if tls_required and ssl_context is None:
+            raise ValueError("tls_required needs an ssl_context")
         self.engine = engine
         self.host = host
         self.port = port  # the bound port once start() returns (useful with port=0)
         self.max_connections = max_connections
         self.max_message_bytes = max_message_bytes
+        self.auth_method = auth_method
+        self.ssl_context = ssl_context
+        self.tls_required = tls_required
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -202,6 +223,7 @@ class Connection:
         self._pending_read: asyncio.Task[tuple[bytes, bytes]] | None = None
         self._queued_messages: collections.deque[tuple[bytes, bytes]] = collections.deque()
         self._terminating = False
+        self.tls_in_use = False
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
 
@@ -308,9 +330,12 @@ class Connection:
             raise _ConnectionClosed() from exc
 
     async def _read_from_socket(self) -> tuple[bytes, bytes]:
-        header = await self._read_exactly(5)
-        kind = header[:1]
-        (length,) = struct.unpack("!i", header[1:])
+        kind = await self._read_exactly(1)
+        # Check the type before the length, as PostgreSQL does: garbage (or an SSLRequest sent
+        # after startup) is refused at once instead of waiting for a bogus length's worth of bytes.
+        if kind not in _FRONTEND_MESSAGE_TYPES:
+            raise _FatalError(ProtocolViolation(f"invalid frontend message type {kind[0]}"))
+        (length,) = struct.unpack("!i", await self._read_exactly(4))
         if length < 4 or length - 4 > self.server.max_message_bytes:
             raise _FatalError(ProtocolViolation("invalid message length"))
         body = await self._read_exactly(length - 4) if length > 4 else b""
@@ -324,18 +349,48 @@ class Connection:
             return await pending
         return await self._read_from_socket()
 
+    async def _read_command(self) -> tuple[bytes, bytes]:
+        """The next message, waited for at most idle_in_transaction_session_timeout while the
+        session is inside a transaction block (it would hold its snapshot and state forever)."""
+        session = self.session
+        timeout = None
+        if session is not None and session.transaction_status != "I" and not self._queued_messages:
+            timeout = session.idle_in_transaction_timeout
+        if timeout is None:
+            return await self._read_message()
+        try:
+            return await asyncio.wait_for(self._read_message(), timeout)
+        except TimeoutError:
+            raise _FatalError(IdleInTransactionSessionTimeout(
+                "terminating connection due to idle-in-transaction timeout")) from None
+
     # --- startup ------------------------------------------------------------------------
 
     async def _startup(self) -> bool:
         """Negotiate up to ReadyForQuery. False when the connection should just close."""
+        ssl_done = gss_done = False  # each encryption request is answered once, as in PostgreSQL
         while True:
             (length,) = struct.unpack("!i", await self._read_exactly(4))
             if length < 8 or length > pq.MAX_STARTUP_PACKET:
                 raise _FatalError(ProtocolViolation("invalid length of startup packet"))
             body = await self._read_exactly(length - 4)
             (code,) = struct.unpack("!I", body[:4])
-            if code in (pq.SSL_REQUEST_CODE, pq.GSSENC_REQUEST_CODE):
-                self.writer.write(b"N")  # no TLS / GSS encryption: continue in plain text
+            if code == pq.SSL_REQUEST_CODE:
+                if ssl_done:
+                    raise _FatalError(ProtocolViolation("unexpected SSLRequest: encryption was already negotiated"))
+                ssl_done = True
+                if self.server.ssl_context is None:
+                    self.writer.write(b"N")  # no TLS: continue in plain text
+                    await self._flush()
+                    continue
+                await self._upgrade_to_tls(self.server.ssl_context)
+                gss_done = True  # no GSS encryption inside TLS
+                continue
+            if code == pq.GSSENC_REQUEST_CODE:
+                if gss_done:
+                    raise _FatalError(ProtocolViolation("unexpected GSSENCRequest: encryption was already negotiated"))
+                gss_done = True
+                self.writer.write(b"N")  # no GSS encryption: libpq goes on with SSLRequest or plain text
                 await self._flush()
                 continue
             if code == pq.CANCEL_REQUEST_CODE:
@@ -366,6 +421,13 @@ class Connection:
         options = pq.parse_options_switches(params.pop("options", ""))
         options.update(params)
 
+        if self.server.tls_required and not self.tls_in_use:
+            raise _FatalError(InvalidAuthorization(
+                "TLS is required: connect with sslmode=require (or verify-full)"))
+        if self.server.session_count >= self.server.max_connections:
+            raise _FatalError(TooManyConnections("sorry, too many clients already"))
+        await self._authenticate(user)
+        # Checked again: other clients may have completed startup while this one authenticated.
         if self.server.session_count >= self.server.max_connections:
             raise _FatalError(TooManyConnections("sorry, too many clients already"))
         try:
@@ -386,6 +448,91 @@ class Connection:
         await self._flush()
         return True
 
+    # --- TLS and authentication ---------------------------------------------------------
+
+    async def _upgrade_to_tls(self, context: ssl.SSLContext) -> None:
+        """Answer an SSLRequest with 'S' and run the TLS handshake on this connection."""
+        # Bytes the client sent after SSLRequest, before the handshake, would be taken as if they had
+        # come over TLS (CVE-2021-23214 in PostgreSQL): refuse them.
+        if len(getattr(self.reader, "_buffer", b"")):
+            raise _FatalError(ProtocolViolation("received unencrypted data after SSL request"))
+        self.writer.write(b"S")
+        await self._flush()
+        try:
+            await self.writer.start_tls(context, ssl_handshake_timeout=_AUTHENTICATION_TIMEOUT_SECONDS)
+        except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as exc:
+            log.info("connection %s: TLS handshake failed: %s", self.peer, exc)
+            raise _ConnectionClosed() from exc
+        self.tls_in_use = True
+
+    async def _authenticate(self, user: str) -> None:
+        """The password exchange of the configured auth method; FATAL 28P01 when it fails.
+
+        Unknown roles and roles without a password run the same exchange and fail with the same
+        message, so a client cannot tell which roles exist."""
+        method = self.server.auth_method
+        if method == "trust":
+            return  # new_session still refuses unknown roles and NOLOGIN roles
+        try:
+            login = self.server.engine.login_info(user)
+        except Exception as exc:
+            log.exception("login_info failed")
+            raise _FatalError(InternalError(f"internal error: {exc}")) from None
+        try:
+            async with asyncio.timeout(_AUTHENTICATION_TIMEOUT_SECONDS):
+                if method == "md5" and login is not None and login.md5_hash:
+                    accepted = await self._md5_exchange(login.md5_hash)
+                else:
+                    accepted = await self._scram_exchange(user, login.scram_verifier if login else None)
+        except TimeoutError:
+            raise _FatalError(QueryCanceled("canceling authentication due to timeout")) from None
+        if not accepted:
+            log.info("connection %s: password authentication failed for user %r", self.peer, user)
+            raise _FatalError(InvalidPassword(f'password authentication failed for user "{user}"'))
+
+    async def _read_password_message(self) -> bytes:
+        """The body of the client's next 'p' message (PasswordMessage, SASL responses)."""
+        header = await self._read_exactly(5)
+        (length,) = struct.unpack("!i", header[1:])
+        if header[:1] != b"p":
+            raise _FatalError(ProtocolViolation(
+                f"expected password response, got message type {header[0]}"))
+        if length < 4 or length - 4 > _MAX_AUTH_MESSAGE_BYTES:
+            raise _FatalError(ProtocolViolation("invalid message length"))
+        return await self._read_exactly(length - 4) if length > 4 else b""
+
+    async def _md5_exchange(self, md5_hash: str) -> bool:
+        salt = secrets.token_bytes(4)
+        self._send(pq.authentication_md5_password(salt))
+        await self._flush()
+        try:
+            response = pq.MessageReader(await self._read_password_message()).cstring()
+        except StreamDBError as exc:
+            raise _FatalError(ProtocolViolation(f"invalid password packet: {exc.message}")) from None
+        return scram.md5_response_matches(md5_hash, salt, response)
+
+    async def _scram_exchange(self, user: str, verifier: str | None) -> bool:
+        exchange = scram.ScramServer(user, verifier)
+        self._send(pq.authentication_sasl([scram.MECHANISM]))
+        await self._flush()
+        try:
+            reader = pq.MessageReader(await self._read_password_message())
+            mechanism = reader.cstring()
+            if mechanism != scram.MECHANISM:
+                raise ProtocolViolation("client selected an invalid SASL authentication mechanism")
+            size = reader.int32()
+            if size < 0 or size != reader.remaining():
+                raise ProtocolViolation("malformed SASLInitialResponse: invalid data length")
+            self._send(pq.authentication_sasl_continue(exchange.server_first(reader.rest())))
+            await self._flush()
+            server_final = exchange.server_final(await self._read_password_message())
+        except scram.ScramAuthenticationFailed:
+            return False
+        except StreamDBError as exc:
+            raise _FatalError(exc) from None
+        self._send(pq.authentication_sasl_final(server_final))
+        return True
+
     # --- message dispatch ---------------------------------------------------------------
 
     async def _message_loop(self) -> None:
@@ -401,7 +548,7 @@ class Connection:
             b"F": self._on_function_call,
         }
         while True:
-            kind, body = await self._read_message()
+            kind, body = await self._read_command()
             if kind == b"X":
                 return
             if kind in (b"d", b"c", b"f"):
@@ -433,10 +580,12 @@ class Connection:
     # --- simple query -------------------------------------------------------------------
 
     async def _on_query(self, body: bytes) -> None:
-        sql = pq.MessageReader(body).cstring()
         self._portals.pop("", None)
         try:
             try:
+                reader = pq.MessageReader(body)
+                sql = reader.cstring()
+                reader.end()  # a NUL inside the query string: 08P01, never run the prefix
                 statements = self._require_session().parse(sql)
             except StreamDBError as exc:
                 self._send_error(exc)
@@ -482,7 +631,7 @@ class Connection:
         except (_ConnectionClosed, _FatalError):
             raise
         except Exception as exc:
-            log.exception("internal error executing %r", statement.sql)
+            log.exception("internal error executing %r", redact_sql(statement.sql))  # no passwords in logs
             self._send_error(InternalError(f"internal error: {exc}"))
             return False
 
@@ -617,6 +766,8 @@ class Connection:
                 next_batch.cancel()
                 with contextlib.suppress(BaseException):
                     await next_batch
+            elif next_batch is not None and not next_batch.cancelled():
+                next_batch.exception()  # a failure racing a cancel: retrieved, the statement ends anyway
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:
                 try:
@@ -631,6 +782,7 @@ class Connection:
         name = reader.cstring()
         sql = reader.cstring()
         type_oids = [reader.uint32() for _ in range(reader.int16())]
+        reader.end()
         if name and name in self._statements:
             raise StreamDBError(f'prepared statement "{name}" already exists', sqlstate="42P05")
         declared: list[SqlType | None] = []
@@ -657,6 +809,7 @@ class Connection:
             length = reader.int32()
             raw_params.append(None if length == -1 else reader.raw(length))
         result_formats = [reader.int16() for _ in range(reader.int16())]
+        reader.end()
 
         prepared = self._statement(statement_name)
         if portal_name and portal_name in self._portals:
@@ -688,6 +841,7 @@ class Connection:
         reader = pq.MessageReader(body)
         target = reader.byte()
         name = reader.cstring()
+        reader.end()
         if target == ord("S"):
             prepared = self._statement(name)
             self._send(pq.parameter_description([t.oid for t in prepared.param_types]))
@@ -709,8 +863,10 @@ class Connection:
 
     async def _on_execute(self, body: bytes) -> None:
         reader = pq.MessageReader(body)
-        portal = self._portal(reader.cstring())
+        portal_name = reader.cstring()
         max_rows = reader.int32()
+        reader.end()
+        portal = self._portal(portal_name)
         statement = portal.prepared.statement
         if statement is None:
             self._send(pq.empty_query_response())
@@ -773,6 +929,7 @@ class Connection:
         reader = pq.MessageReader(body)
         target = reader.byte()
         name = reader.cstring()
+        reader.end()
         if target == ord("S"):
             self._statements.pop(name, None)
             self._declared_types.pop(name, None)
@@ -784,12 +941,16 @@ class Connection:
 
     async def _on_sync(self, body: bytes) -> None:
         self._skip_until_sync = False
+        if body:  # an error here must still end with ReadyForQuery: the client waits for it
+            self._send_error(ProtocolViolation("invalid message format"))
         if self._require_session().transaction_status == "I":
             self._portals.clear()  # portals live until the end of the (implicit) transaction
         self._send_ready()
         await self._flush()
 
     async def _on_flush(self, body: bytes) -> None:
+        if body:
+            raise ProtocolViolation("invalid message format")
         await self._flush()
 
     async def _on_function_call(self, body: bytes) -> None:

@@ -38,6 +38,9 @@ class Record:
     source: str = ""  # topic or file name
     partition: int = 0
     offset: int = 0
+    # The record's full size when `value` holds only its start (a file line over max_record_bytes,
+    # cut while reading so memory stays bounded); None: len(key) + len(value).
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Decoder:
     schema_registry: SchemaRegistry | None = None  # writer schemas by id (Confluent wire format)
 
     def row(self, rec: Record) -> tuple[tuple[Any, ...], dt.datetime]:
-        size = len(rec.value or b"") + len(rec.key or b"")
+        size = rec.size if rec.size is not None else len(rec.value or b"") + len(rec.key or b"")
         if size > self.max_record_bytes:
             raise BadRecord(f"record of {size} bytes exceeds the limit of {self.max_record_bytes} bytes "
                             "(option max_record_bytes)")
@@ -140,6 +143,8 @@ class Decoder:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
             raise BadRecord(f"invalid JSON: {e}") from None
+        except RecursionError:  # e.g. 100,000 levels of '[': refuse the record, keep the source
+            raise BadRecord("invalid JSON: nested too deeply") from None
         if not isinstance(doc, dict):
             if len(names) == 1:
                 return {names[0]: doc}

@@ -10,14 +10,16 @@ a file under such a name and rename it when complete.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from streamdb.catalog import RelationDef
 from streamdb.errors import InsufficientPrivilege
 from streamdb.runtime.connectors.decode import Decoder, Record
-from streamdb.runtime.connectors.source_base import SourceThread
+from streamdb.runtime.connectors.source_base import DEAD_LETTER_KEPT_BYTES, SourceThread
 
 if TYPE_CHECKING:
     from streamdb.runtime.engine import Engine
@@ -35,6 +37,32 @@ def confined(root: Path, path: str) -> Path:
                                     hint="FILE connectors read and write under the file_root setting "
                                          f"({root}).")
     return candidate
+
+
+def read_lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """(line, its size) for each line of `f`, without the line end. A line over `max_bytes` is
+    cut to its first DEAD_LETTER_KEPT_BYTES bytes (it can only become a dead letter) and the rest
+    is skipped in chunks, so a huge line never sits in memory whole."""
+    while True:
+        line = f.readline(max_bytes + 1)
+        if not line:
+            return
+        size = len(line)
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            line = line[:DEAD_LETTER_KEPT_BYTES]
+            while True:
+                rest = f.readline(1 << 16)
+                size += len(rest)
+                if not rest:
+                    break
+                if rest.endswith(b"\n"):
+                    size -= 2 if rest.endswith(b"\r\n") else 1
+                    break
+        if line.endswith(b"\n"):
+            line, size = line[:-1], size - 1
+        if line.endswith(b"\r"):
+            line, size = line[:-1], size - 1
+        yield line, size
 
 
 class FileSource(SourceThread):
@@ -71,17 +99,23 @@ class FileSource(SourceThread):
                 continue
             if not fnmatch.fnmatch(name, self.pattern):
                 continue
-            with path.open("rb") as f:
-                lines = f.read().splitlines()
             start = self.done.get(name, 0)
-            while start < len(lines) and not self._stop.is_set():
-                chunk = lines[start:start + BATCH_LINES]
-                self._ingest(name, start, chunk)
-                start += len(chunk)
+            with path.open("rb") as f:
+                lines = read_lines(f, self.decoder.max_record_bytes)
+                for _ in range(start):  # lines already done
+                    if next(lines, None) is None:
+                        break
+                while not self._stop.is_set():
+                    chunk = list(itertools.islice(lines, BATCH_LINES))
+                    if not chunk:
+                        break
+                    self._ingest(name, start, chunk)
+                    start += len(chunk)
 
-    def _ingest(self, name: str, first: int, lines: list[bytes]) -> None:
-        records = [Record(value=line, source=name, partition=0, offset=first + i)
-                   for i, line in enumerate(lines) if line.strip()]
+    def _ingest(self, name: str, first: int, lines: list[tuple[bytes, int]]) -> None:
+        records = [Record(value=line, source=name, partition=0, offset=first + i,
+                          size=size if size > len(line) else None)
+                   for i, (line, size) in enumerate(lines) if line.strip() or size > len(line)]
         rows, rowtimes, bad = self.decode(records)
         done = {**self.done, name: first + len(lines)}
         self.commit(rows, rowtimes, bad, {"files": done})

@@ -83,6 +83,13 @@ class SourceThread:
                 rowtimes.append(at)
             except BadRecord as e:
                 bad.append((rec, e.reason))
+            except ConnectionError:
+                raise  # e.g. the schema registry is down: not the record's fault, retry the batch
+            except RecursionError:
+                bad.append((rec, "the record is nested too deeply"))
+            except Exception as e:  # noqa: BLE001 - one odd record must not stop the source forever
+                log.exception("%s %s: decoding record %s:%d failed", self.kind, self.rel.name, rec.source, rec.offset)
+                bad.append((rec, f"the record could not be decoded: {type(e).__name__}: {e}"))
         return rows, rowtimes, bad
 
     def commit(self, rows: list[tuple[Any, ...]], rowtimes: list[dt.datetime], bad: list[tuple[Record, str]],
@@ -106,12 +113,19 @@ class SourceThread:
                         self.errors_rel.name if self.errors_rel else "-", bad[0][1])
 
 
+# How much of a bad record's key, value and text the dead-letter stream keeps: enough to find and
+# recognise the record, bounded so an oversize record does not become an oversize dead letter.
+DEAD_LETTER_KEPT_BYTES = 10_000
+
+
 def dead_letters(errors_rel: RelationDef, bad: list[tuple[Record, str]]) -> list[Append]:
-    """Appends for the dead-letter stream: where each record came from, why, and its bytes."""
+    """Appends for the dead-letter stream: where each record came from, why, and (the start of) its bytes."""
     from streamdb.runtime.writer import _stream_appends
 
     now = dt.datetime.now(dt.UTC)
-    rows = [(rec.source, rec.partition, rec.offset, reason, rec.key, rec.value,
-             None if rec.value is None else rec.value[:10_000].decode("utf-8", "replace"))
+    kept = DEAD_LETTER_KEPT_BYTES
+    rows = [(rec.source, rec.partition, rec.offset, reason,
+             None if rec.key is None else rec.key[:kept], None if rec.value is None else rec.value[:kept],
+             None if rec.value is None else rec.value[:kept].decode("utf-8", "replace"))
             for rec, reason in bad]
     return _stream_appends(errors_rel, rows, [now] * len(rows), [None] * len(rows))

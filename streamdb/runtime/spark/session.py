@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamdb.errors import (
+    DatatypeMismatch,
     DivisionByZero,
     FeatureNotSupported,
     InternalError,
@@ -130,6 +131,9 @@ _BY_CONDITION: tuple[tuple[str, type[StreamDBError]], ...] = (
     ("ARITHMETIC_OVERFLOW", NumericValueOutOfRange),
     ("CAST_OVERFLOW", NumericValueOutOfRange),
     ("NUMERIC_VALUE_OUT_OF_RANGE", NumericValueOutOfRange),
+    # "Cannot resolve ... due to data type mismatch" (e.g. WHERE over an INT): 42804, not XX000.
+    ("DATATYPE_MISMATCH", DatatypeMismatch),
+    ("AGGREGATE_FUNCTION_WITH_NONDETERMINISTIC_EXPRESSION", FeatureNotSupported),
 )
 
 # Spark SQLSTATE -> StreamDB error class (Spark's states mostly follow Postgres).
@@ -142,6 +146,7 @@ _BY_SQLSTATE: dict[str, type[StreamDBError]] = {
     "22018": InvalidTextRepresentation,  # Spark: invalid character value for cast
     "22P02": InvalidTextRepresentation,
     "22003": NumericValueOutOfRange,
+    "42K09": DatatypeMismatch,  # Spark: data type mismatch
 }
 
 
@@ -193,6 +198,8 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
         cls = _BY_SQLSTATE.get(sqlstate)
     if cls is None:
         if condition == "UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION" or type_name == "PySparkTypeError":
+            return FeatureNotSupported(message, detail=detail)
+        if re.search(r"The data type \w+ is not supported", message):  # e.g. TIME in an expression
             return FeatureNotSupported(message, detail=detail)
         return InternalError(message, detail=detail)
     return cls(message, detail=detail)

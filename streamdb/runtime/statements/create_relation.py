@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from streamdb.errors import DuplicateTable, InvalidParameterValue, Notice, StreamDBError
+from dataclasses import replace
+
+from streamdb.errors import (
+    DuplicateTable,
+    InsufficientPrivilege,
+    InvalidParameterValue,
+    Notice,
+    StreamDBError,
+)
 from streamdb.planner.plans import CreateRelationPlan, CreateViewPlan
 from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
@@ -11,7 +19,7 @@ from streamdb.runtime.statements.context import ExecContext
 async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -> ExecutionResult:
     """CREATE STREAM / TABLE / MATERIALIZED VIEW: one atomic catalog commit."""
     engine = ctx.engine
-    rel = plan.relation
+    rel = replace(plan.relation, owner=ctx.session.user)  # the creating role owns it
     tag = f"CREATE {rel.shown_kind.upper().replace('_', ' ')}"
     or_replace = getattr(plan, "or_replace", False)
     extra = dict(rel.extra)
@@ -30,6 +38,9 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
                 return ExecutionResult(tag, notices=[Notice(
                     f'relation "{rel.name}" already exists, skipping', sqlstate="42P07")])
             if or_replace and existing.kind == rel.kind and existing.shown_kind == rel.shown_kind:
+                if not engine.catalog.snapshot().is_owner(ctx.session.user, existing):
+                    raise InsufficientPrivilege(f"must be owner of {existing.shown_kind.replace('_', ' ')} "
+                                                f"{existing.name}")
                 dependents = engine.catalog.snapshot().dependents(existing.id)
                 if dependents:
                     from streamdb.errors import DependentObjectsStillExist
@@ -41,7 +52,7 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
                 remove = [existing]
             else:
                 raise DuplicateTable(f'relation "{rel.name}" already exists')
-        companions = list(getattr(plan, "companions", ()))
+        companions = [replace(c, owner=ctx.session.user) for c in getattr(plan, "companions", ())]
         for c in companions:
             if engine.catalog.snapshot().get(c.name) is not None:
                 raise DuplicateTable(f'relation "{c.name}" already exists',

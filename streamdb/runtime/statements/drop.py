@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from streamdb.catalog import RelationDef
-from streamdb.errors import DependentObjectsStillExist, Notice, UndefinedTable, WrongObjectType
+from streamdb.errors import (
+    DependentObjectsStillExist,
+    InsufficientPrivilege,
+    Notice,
+    UndefinedTable,
+    WrongObjectType,
+)
 from streamdb.planner.plans import DropPlan
 from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
@@ -28,6 +34,8 @@ async def execute(plan: DropPlan, ctx: ExecContext) -> ExecutionResult:
                 raise WrongObjectType(f'"{name}" is not a {plan.kind.replace("_", " ")}',
                                       hint=f"Use DROP {_WORD[rel.shown_kind]} to remove a "
                                            f"{rel.shown_kind.replace('_', ' ')}.")
+            if not catalog.is_owner(ctx.session.user, rel):
+                raise InsufficientPrivilege(f"must be owner of {_WORD[rel.shown_kind].lower()} {name}")
             owner = dict(rel.extra).get("dead_letters_of")
             if owner and catalog.get(str(owner)) is not None and str(owner) not in plan.names:
                 raise DependentObjectsStillExist(

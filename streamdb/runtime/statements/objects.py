@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import (
     DependentObjectsStillExist,
     DuplicateObject,
+    InsufficientPrivilege,
     Notice,
     UndefinedObject,
     WrongObjectType,
@@ -24,7 +27,7 @@ def _tag(kind: str, direction: str | None) -> str:
 
 async def create(plan: CreateObjectPlan, ctx: ExecContext) -> ExecutionResult:
     engine = ctx.engine
-    obj = plan.obj
+    obj = replace(plan.obj, owner=ctx.session.user)  # the creating role owns it
     direction = dict(obj.options).get("direction")
     tag = f"CREATE {_tag(obj.kind, direction)}"
     if obj.kind == "connector" and not engine.settings.allow_kafka_file_properties:
@@ -62,6 +65,8 @@ async def drop(plan: DropObjectPlan, ctx: ExecContext) -> ExecutionResult:
                     notices.append(Notice(f'{plan.kind} "{name}" does not exist, skipping'))
                     continue
                 raise UndefinedObject(f'{plan.kind} "{name}" does not exist')
+            if not catalog.is_owner(ctx.session.user, obj):
+                raise InsufficientPrivilege(f"must be owner of {plan.kind} {name}")
             direction = dict(obj.options).get("direction")
             if plan.direction and direction != plan.direction:
                 raise WrongObjectType(f'"{name}" is a {direction} connector, not a {plan.direction} connector')

@@ -11,7 +11,7 @@ from streamdb.runtime.statements.context import ExecContext
 
 
 async def execute(plan: QueryPlan, ctx: ExecContext) -> ExecutionResult:
-    engine_used, rows = await query.run_reporting_engine(ctx.engine, plan, ctx.info)
+    engine_used, rows = await query.run_reporting_engine(ctx.engine, plan, ctx.info, limit_result=True)
     return _result(plan, ctx, engine_used, rows)
 
 

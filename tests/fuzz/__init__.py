@@ -1,0 +1,1 @@
+"""Fuzzers for the wire protocol and the SQL dialect (usable from pytest and as CLIs)."""
