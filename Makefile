@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-fast lint typecheck slt bench bench-quick clean
+.PHONY: install serve test test-fast lint typecheck slt bench bench-quick soak clean
 
 install: $(STAMP)
 	@scripts/ensure-java.sh
@@ -31,6 +31,12 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check streamdb tests bench
 	$(BIN)/mypy streamdb
+
+# Fault soak (not part of `make test`): 50 kill -9 cycles under continuous writes, a real full disk
+# (tmpfs, when mount works) and, once tests/fuzz/wire_fuzz.py exists, 100,000 wire fuzz cases;
+# figures in test-artifacts/soak.json (tests/faults/soak.py).
+soak: install
+	$(BIN)/python -m tests.faults.soak --cycles 50 --fuzz-cases 100000
 
 # Conformance report over RisingWave's sqllogictest files (not part of `make test`).
 slt: install

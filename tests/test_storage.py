@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import subprocess
@@ -723,3 +724,48 @@ def test_real_disk_full_surfaces_as_disk_full(tmp_path: Path) -> None:
             s.close()
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+class _DiskFullDB:
+    """Stands in for the Rdict: writes fail with ENOSPC (or are counted once space is "freed")."""
+
+    def __init__(self, db: object) -> None:
+        self.db = db
+        self.full = True
+        self.writes = 0
+
+    def write(self, wb: object, options: object) -> None:
+        self.writes += 1
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.db.write(wb, options)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.db, name)
+
+
+def test_after_a_failed_rocksdb_write_no_write_is_attempted_until_reopen(storage: RocksDBStorage) -> None:
+    """RocksDB keeps a failed WAL write's error (and may still persist a later "failed" write), so
+    the storage stops writing: every commit fails with 53100 until restart, reads keep working."""
+    storage.commit(Commit(appends=[Append(1, 0, b"kept", 1)]))
+    db = _DiskFullDB(storage._db)
+    storage._db = db  # type: ignore[assignment]
+    with pytest.raises(DiskFull) as e:
+        storage.commit(Commit(appends=[Append(1, 0, b"lost", 1)]))
+    assert e.value.sqlstate == "53100"
+    assert "until the server restarts" in e.value.message and e.value.hint
+    db.full = False  # space freed: still no write reaches RocksDB
+    with pytest.raises(DiskFull):
+        storage.commit(Commit(appends=[Append(1, 0, b"after", 1)]))
+    assert db.writes == 1
+    assert storage.end_offset(1, 0) == 1
+    with storage.snapshot() as snap:
+        assert list(snap.read(1, 0)) == [(0, 1, b"kept")]
+    storage._db = db.db  # type: ignore[assignment]
+    reopened = reopen(storage)
+    try:
+        assert reopened.commit(Commit(appends=[Append(1, 0, b"next", 1)])).first_offsets == [1]
+        with reopened.snapshot() as snap:
+            assert list(snap.read(1, 0)) == [(0, 1, b"kept"), (1, 1, b"next")]
+    finally:
+        reopened.close()

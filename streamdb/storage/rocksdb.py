@@ -189,6 +189,24 @@ def _b(value: bytes | bytearray | memoryview) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
+# Fault injection (tests only)
+
+# Test-only: while the file this names contains "enospc", every durable write fails as on a full
+# disk (tests/test_e2e_faults.py). Unset in production: the check is one falsy test per write group.
+_TEST_FAULT_FILE = os.environ.get("STREAMDB_TEST_FAULT_FILE", "")
+
+
+def _inject_test_fault() -> None:
+    try:
+        with open(_TEST_FAULT_FILE, encoding="utf-8") as f:
+            fault = f.read()
+    except OSError:
+        return
+    if "enospc" in fault:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (injected by STREAMDB_TEST_FAULT_FILE)")
+
+
+# ---------------------------------------------------------------------------------------------
 # Storage
 
 
@@ -265,6 +283,10 @@ class RocksDBStorage(Storage):
         self._sequence = 0
         self.groups_written = 0
         self.commits_written = 0
+        # Set once RocksDB itself failed a write: its handle then stays in an error state (with
+        # ENOSPC on the WAL it keeps failing after space is freed) and a later write may still
+        # reach the WAL although it reports failure, so no further write is attempted.
+        self._write_failure: StreamDBError | None = None
         try:
             self._check_format()
             self._sequence = self._recover_sequence()
@@ -401,6 +423,8 @@ class RocksDBStorage(Storage):
             try:
                 self._db.close()
             except Exception as exc:
+                if self._write_failure is not None:
+                    return  # the handle is in its error state (it was reported): closing releases it
                 raise storage_error(exc, "close storage") from exc
 
     # -- group commit ------------------------------------------------------------------------
@@ -477,7 +501,7 @@ class RocksDBStorage(Storage):
         except BaseException as exc:
             # Nothing was assigned: offsets and sequence stay where they were.
             for p in group:
-                p.future.set_exception(storage_error(exc, "commit"))
+                p.future.set_exception(self._after_write_failure() or storage_error(exc, "commit"))
             return
         # Durable: publish the new offsets, then acknowledge.
         for rel in dropped:
@@ -490,9 +514,27 @@ class RocksDBStorage(Storage):
         for p, result in zip(group, results, strict=True):
             p.future.set_result(result)
 
+    def _after_write_failure(self) -> StreamDBError | None:
+        """A fresh copy of the error RocksDB's failed write was reported with (None if none)."""
+        failed = self._write_failure
+        if failed is None:
+            return None
+        return type(failed)(failed.message, sqlstate=failed.sqlstate, detail=failed.detail, hint=failed.hint)
+
     def _write_batch(self, wb: WriteBatch) -> None:
         """The single durable write (a seam for fault-injection tests)."""
-        self._db.write(wb, self._write_options)
+        if self._write_failure is not None:
+            raise InternalError("storage refused the write after an earlier write failure")
+        if _TEST_FAULT_FILE:
+            _inject_test_fault()
+        try:
+            self._db.write(wb, self._write_options)
+        except Exception as exc:
+            err = storage_error(exc, "commit")
+            err.message += "; storage accepts no more writes until the server restarts"
+            err.hint = "Free disk space, then restart the server; reads keep working meanwhile."
+            self._write_failure = err
+            raise
 
 
 class RocksDBSnapshot(Snapshot):

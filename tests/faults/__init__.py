@@ -1,0 +1,1 @@
+"""Fault-injection drivers shared by the test suite and `make soak` (tests/faults/soak.py)."""
