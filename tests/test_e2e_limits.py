@@ -305,7 +305,12 @@ def test_a_message_over_max_message_bytes_is_refused_and_the_connection_closed(l
         assert c.execute("SELECT length(%s)", ["y" * 500_000]).fetchone() == (500_000,)
         with pytest.raises(psycopg.OperationalError) as info:
             c.execute("SELECT length(%s)", ["y" * (MAX_MESSAGE_BYTES + 10)])
-        assert info.value.sqlstate == "08P01"
+        # The server answers FATAL and closes at once: a client still sending the body may meet
+        # the closed socket before it reads the error (PostgreSQL behaves the same).
+        assert info.value.sqlstate == "08P01" or "closed" in str(info.value), info.value
+        assert c.closed or c.broken
+    with limited.connect() as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_the_startup_packet_is_capped_at_10000_bytes(limited):
