@@ -22,10 +22,23 @@ from streamdb.planner.plans import PointLookup, RelationInput
 _TEXT_TYPES = (T.TEXT, T.VARCHAR)
 
 
+def lookup_shaped(query: object) -> bool:
+    """Whether a statement has a lookup's outline (one table, a WHERE, nothing else): the cheap
+    test that spares planning statements that cannot be lookups."""
+    if not isinstance(query, exp.Select) or query.args.get("where") is None:
+        return False
+    for arg in ("joins", "group", "having", "order", "limit", "offset", "distinct", "with",
+                "windows", "laterals", "qualify", "into", "locks", "sample", "kind"):
+        if query.args.get(arg):
+            return False
+    frm = query.args.get("from_") or query.args.get("from")
+    return frm is not None and isinstance(frm.this, exp.Table)
+
+
 def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
                  param_types: tuple[T.SqlType, ...], ctx: PlanContext) -> PointLookup | None:
     """The lookup a resolved query amounts to, or None when it is anything more."""
-    if not isinstance(query, exp.Select) or len(inputs) != 1:
+    if not lookup_shaped(query) or len(inputs) != 1:
         return None
     inp = inputs[0]
     if inp.relation_id is None or inp.mode != "state":
@@ -34,13 +47,8 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
     # Streams are read as their whole log, rebuilt per read: an index would not outlive it.
     if rel is None or rel.kind not in ("table", "materialized_view") or rel.schemaless:
         return None
-    for arg in ("joins", "group", "having", "order", "limit", "offset", "distinct", "with",
-                "windows", "laterals", "qualify", "into", "locks", "sample", "kind"):
-        if query.args.get(arg):
-            return None
-    frm = query.args.get("from_") or query.args.get("from")
-    table = frm.this if frm is not None else None
-    if not isinstance(table, exp.Table) or normalize(table.this) != inp.registered_name:
+    table = (query.args.get("from_") or query.args["from"]).this
+    if normalize(table.this) != inp.registered_name:
         return None
     qualifiers = {inp.registered_name}
     alias = table.args.get("alias")
@@ -63,9 +71,7 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
             return None
         outputs.append(name)
 
-    where = query.args.get("where")
-    if where is None:
-        return None
+    where = query.args["where"]
     terms: list[exp.Expression] = []
     pending = [where.this]
     while pending:

@@ -22,6 +22,7 @@ from streamdb.errors import (
 from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import TypedValue, coerce
 from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
+from streamdb.planner.lookup import lookup_shaped
 from streamdb.planner.names import normalize as normalize_identifier
 from streamdb.planner.plans import CopyToPlan, DeclareCursorPlan, FetchPlan, Plan, QueryPlan, SubscribePlan
 from streamdb.runtime import coordinator, limits
@@ -229,7 +230,7 @@ class EngineSession:
         if known is not None and known[0] == version:
             return
         entry: tuple[Any, ...] = (version, None, (), ())
-        if isinstance(literal.ast, planner.QUERY_TYPES):
+        if lookup_shaped(literal.ast):
             try:
                 prepared = self.prepare(template.sql, [None] * len(template.values))
                 assert prepared.statement is not None
