@@ -11,6 +11,7 @@ from sqlglot import exp
 from streamdb.errors import FeatureNotSupported, SyntaxErrorSQL
 from streamdb.sql import ast
 from streamdb.sql.parser import generate, parse_one, parse_statements
+from tests.dialect_util import assert_round_trip
 
 # (input, generated SQL, node type). One row per statement form.
 ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
@@ -219,11 +220,7 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
 
 @pytest.mark.parametrize(("sql", "expected", "node_type"), ROUND_TRIPS, ids=[r[0][:60] for r in ROUND_TRIPS])
 def test_round_trip(sql: str, expected: str, node_type: type[exp.Expr]) -> None:
-    tree = parse_one(sql)
-    assert type(tree) is node_type
-    generated = generate(tree)
-    assert generated == expected
-    assert parse_one(generated) == tree
+    assert_round_trip(sql, expected, node_type)
 
 
 # ---- shapes the planner reads ---------------------------------------------------------------

@@ -10,7 +10,8 @@ from sqlglot import exp
 from streamdb.auth import make_verifier, md5_hash, parse_verifier, redact_sql, scram_keys
 from streamdb.errors import SyntaxErrorSQL
 from streamdb.sql import ast
-from streamdb.sql.parser import generate, parse_one, parse_statements
+from streamdb.sql.parser import parse_one, parse_statements
+from tests.dialect_util import assert_round_trip
 
 # (input, generated SQL, node type). One row per statement form.
 ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
@@ -42,13 +43,7 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
 
 @pytest.mark.parametrize(("sql", "expected", "node_type"), ROUND_TRIPS, ids=[r[0][:70] for r in ROUND_TRIPS])
 def test_round_trip(sql: str, expected: str, node_type: type[exp.Expr]) -> None:
-    tree = parse_one(sql)
-    assert type(tree) is node_type
-    generated = generate(tree)
-    assert generated == expected
-    again = parse_one(generated)
-    assert again == tree
-    assert generate(again) == generated
+    assert_round_trip(sql, expected, node_type)
 
 
 def test_create_role_shape() -> None:

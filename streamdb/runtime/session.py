@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -316,29 +317,19 @@ class EngineSession:
                 answered = select_runtime.answer_from_current_index(plan, ExecContext(self.engine, self))
                 if answered is not None:
                     return answered
-            task = asyncio.ensure_future(coordinator.execute(plan, ExecContext(self.engine, self)))
-            self._running = task
-            timer = None if _runs_until_cancelled(plan) else self._arm_statement_timer()
-            try:
+            planned: Plan = plan
+
+            async def run_plan() -> ExecutionResult:
+                ctx = ExecContext(self.engine, self)
                 try:
-                    return await task
+                    return await coordinator.execute(planned, ctx)
                 except NeedsLiterals:
                     # A parameterised query too big for the embedded engine: Spark gets the values
                     # as literals, planned afresh.
                     bound = query_planner.bind_parameters(node, params or [], types)
-                    task = asyncio.ensure_future(coordinator.execute(
-                        planner.plan(bound, self._ctx(), statement.sql), ExecContext(self.engine, self)))
-                    self._running = task
-                    return await task
-            except asyncio.CancelledError:
-                reason = self._cancellation()
-                if reason is not None:
-                    raise reason from None
-                raise
-            finally:
-                self._running = None
-                if timer is not None:
-                    timer.cancel()
+                    return await coordinator.execute(planner.plan(bound, self._ctx(), statement.sql), ctx)
+
+            return await self._run_cancellable(run_plan(), timed=not _runs_until_cancelled(plan))
         except StreamDBError as e:
             # The parser tokenizes the whole query string, so node positions count from its start;
             # the wire layer adds the statement's offset, so hand back a statement-relative one.
@@ -413,6 +404,23 @@ class EngineSession:
         if self.txn_status == "T":
             self.txn_status = "E"
 
+    async def _run_cancellable(self, work: Coroutine[Any, Any, ExecutionResult], *, timed: bool) -> ExecutionResult:
+        """Run a statement's work as the task that cancel() and statement_timeout stop."""
+        task = asyncio.ensure_future(work)
+        self._running = task
+        timer = self._arm_statement_timer() if timed else None
+        try:
+            return await task
+        except asyncio.CancelledError:
+            reason = self._cancellation()
+            if reason is not None:
+                raise reason from None
+            raise
+        finally:
+            self._running = None
+            if timer is not None:
+                timer.cancel()
+
     def _cancellation(self) -> QueryCanceled | None:
         """Why the running statement was cancelled, if by the timeout or the client."""
         if self._timed_out:
@@ -423,21 +431,9 @@ class EngineSession:
 
     async def finish_copy_in(self, request: CopyInRequest, data: bytes) -> ExecutionResult:
         self._cancelled = self._timed_out = False
-        task = asyncio.ensure_future(copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self)))
-        self._running = task
-        timer = self._arm_statement_timer()
         try:
-            try:
-                result = await task
-            except asyncio.CancelledError:
-                reason = self._cancellation()
-                if reason is not None:
-                    raise reason from None
-                raise
-            finally:
-                self._running = None
-                if timer is not None:
-                    timer.cancel()
+            result = await self._run_cancellable(
+                copy_runtime.finish_copy_in(request, data, ExecContext(self.engine, self)), timed=True)
             if self.implicit_flush():
                 result.notices.extend(await self.engine.flush())
             return result
