@@ -21,6 +21,8 @@ serve: install
 
 test: install
 	@scripts/ensure-psql.sh
+	@scripts/ensure-jdbc.sh
+	@scripts/ensure-node-deps.sh
 	$(BIN)/ruff check streamdb tests bench
 	$(BIN)/mypy streamdb
 	$(BIN)/python -m pytest -q -ra

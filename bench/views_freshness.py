@@ -35,7 +35,8 @@ def free_port() -> int:
 
 def start_server(data: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamdb.cli", "serve", "--port", str(port), "--data-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "streamdb.cli", "serve", "--port", str(port),
+                             "--console-port", str(free_port()), "--data-dir",
                              str(data), "--spark-master", "local[2]", "--log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     dsn = f"postgresql://streamdb@127.0.0.1:{port}/streamdb"

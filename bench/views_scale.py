@@ -95,6 +95,7 @@ def start_server(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "streamdb.cli", "serve", "--port", str(port),
+                                 "--console-port", str(free_port()),
                                  "--data-dir", str(data), "--spark-master", "local[2]", "--log-level", "warning"],
                                 stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
     dsn = f"postgresql://streamdb@127.0.0.1:{port}/streamdb"

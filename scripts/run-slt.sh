@@ -8,7 +8,7 @@ paths=("$@")
 data=$(mktemp -d)
 port=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -p test-artifacts
-.venv/bin/streamdb serve --port "$port" --data-dir "$data/data" --log-level warning > test-artifacts/slt-server.log 2>&1 &
+.venv/bin/streamdb serve --port "$port" --console-port 0 --data-dir "$data/data" --log-level warning > test-artifacts/slt-server.log 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 1 100); do

@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key-file", dest="tls_key_file", help="TLS private key (PEM)")
     s.add_argument("--tls-required", dest="tls_required", action="store_const", const=True,
                    help="refuse plaintext connections")
+    s.add_argument("--console-port", dest="console_port", type=int,
+                   help="port of the web console and /metrics (default 6876, 0 = any free port)")
+    s.add_argument("--no-console", dest="console", action="store_const", const=False,
+                   help="no web console (UI and /api); /metrics is still served on the console port")
+    s.add_argument("--no-metrics", dest="metrics", action="store_const", const=False,
+                   help="no /metrics endpoint (with --no-console: no HTTP listener at all)")
     return p
 
 

@@ -63,6 +63,11 @@ class Settings(BaseModel):
     # Roles' passwords are stored as SCRAM-SHA-256 verifiers; when on, an md5 hash is also
     # stored (for clients too old for SCRAM). Off by default: md5 is weak.
     password_encryption_md5: bool = False
+    # The web console and /metrics (docs/console.md) listen on this port on `host` (0 = any free port).
+    console_port: int = Field(6876, ge=0, le=65535)
+    # The console UI and its /api routes; /metrics stays on the console port unless metrics is off too.
+    console: bool = True
+    metrics: bool = True
 
     @field_validator("spark_master")
     @classmethod

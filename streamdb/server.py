@@ -26,17 +26,33 @@ async def run_server(settings: Settings, install_signals: tuple[signal.Signals, 
     wire = WireServer(engine, settings.host, settings.port, max_connections=settings.max_connections,
                       max_message_bytes=settings.max_message_bytes,
                       auth_method=settings.auth_method, ssl_context=ssl_context,
-                      tls_required=settings.tls_required)
+                      tls_required=settings.tls_required, observer=engine.metrics)
     await wire.start()
+    console = None
+    if settings.console or settings.metrics:  # the web console and /metrics share one HTTP listener
+        from streamdb.console.server import ConsoleServer
+
+        console = ConsoleServer(engine, settings.host, settings.console_port, console=settings.console,
+                                metrics=settings.metrics, ssl_context=ssl_context)
+        try:
+            await console.start()
+        except BaseException:  # e.g. the port is busy: release what is open, then report
+            await wire.close()
+            await asyncio.to_thread(engine.close)
+            raise
     engine.start()
-    log.info("StreamDB listening on %s:%d (data in %s, Spark master %s)", settings.host, wire.port,
-             settings.data_dir, settings.spark_master)
+    log.info("StreamDB listening on %s:%d (data in %s, Spark master %s; console %s)", settings.host, wire.port,
+             settings.data_dir, settings.spark_master,
+             f"on port {console.port}" if console is not None and settings.console
+             else f"off, metrics on port {console.port}" if console is not None else "off")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in install_signals:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    if console is not None:
+        await console.close()  # ends push queries of the console before the views stop
     await asyncio.to_thread(engine.sources.stop)
     await asyncio.to_thread(engine.sinks.stop)
     await engine.views.stop()

@@ -36,6 +36,7 @@ class ServerProcess:
                  extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
+        self.console_port = free_port()  # parallel servers must not collide on the default 6876
         self.host = "127.0.0.1"
         self.name = name
         self.extra_env = extra_env or {}
@@ -53,7 +54,8 @@ class ServerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process's life
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamdb.cli", "serve", "--host", self.host, "--port", str(self.port),
-             "--data-dir", str(self.data_dir), "--spark-master", "local[2]", *self.extra_args],
+             "--console-port", str(self.console_port), "--data-dir", str(self.data_dir),
+             "--spark-master", "local[2]", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT),
         )
         deadline = time.monotonic() + timeout

@@ -26,6 +26,7 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
     ('CREATE ROLE "Mixed Case" LOGIN', 'CREATE ROLE "Mixed Case" WITH LOGIN', ast.CreateRole),
     ("ALTER ROLE bob WITH NOLOGIN", "ALTER ROLE bob WITH NOLOGIN", ast.AlterRole),
     ("alter user bob password 'new'", "ALTER USER bob WITH PASSWORD 'new'", ast.AlterRole),
+    ("ALTER USER bob PASSWORD E'a\\\\b'", "ALTER USER bob WITH PASSWORD 'a\\b'", ast.AlterRole),
     ("ALTER USER bob PASSWORD NULL SUPERUSER", "ALTER USER bob WITH PASSWORD NULL SUPERUSER", ast.AlterRole),
     ("DROP ROLE bob", "DROP ROLE bob", ast.DropRole),
     ("drop user if exists a, b", "DROP USER IF EXISTS a, b", ast.DropRole),

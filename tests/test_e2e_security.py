@@ -79,7 +79,7 @@ def secure_server() -> Iterator[SecureServer]:
 def test_trust_on_a_public_address_refuses_to_start() -> None:
     with tempfile.TemporaryDirectory(prefix="streamdb-public-") as d:
         result = subprocess.run(
-            [sys.executable, "-m", "streamdb.cli", "serve", "--host", "0.0.0.0", "--port", "0",
+            [sys.executable, "-m", "streamdb.cli", "serve", "--host", "0.0.0.0", "--port", "0", "--console-port", "0",
              "--data-dir", str(Path(d) / "data")],
             capture_output=True, text=True, timeout=60, cwd=str(ROOT), env={**os.environ, **NO_SPARK})
         assert result.returncode != 0
@@ -91,7 +91,7 @@ def test_trust_on_a_public_address_refuses_to_start() -> None:
 
 def test_half_configured_tls_refuses_to_start(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "streamdb.cli", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
+        [sys.executable, "-m", "streamdb.cli", "serve", "--port", "0", "--console-port", "0", "--data-dir", str(tmp_path / "data"),
          "--tls-cert-file", str(tmp_path / "cert.pem")],
         capture_output=True, text=True, timeout=60, cwd=str(ROOT), env={**os.environ, **NO_SPARK})
     assert result.returncode != 0

@@ -216,7 +216,8 @@ class Server:
         port = free_port()
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streamdb.cli", "serve", "--port", str(port), "--data-dir",
+                [sys.executable, "-m", "streamdb.cli", "serve", "--port", str(port),
+                 "--console-port", str(free_port()), "--data-dir",
                  str(workdir / "data"), "--spark-master", spark_master, "--log-level", "warning"],
                 stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
         self.dsn = f"postgresql://streamdb@127.0.0.1:{port}/streamdb"

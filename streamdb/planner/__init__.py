@@ -78,9 +78,10 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
             if node.args.get("replace"):
                 raise FeatureNotSupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported; drop it first")
             return create_view.plan(node, ctx, sql)
-        if kind.endswith("VIEW"):
-            raise FeatureNotSupported(f"CREATE {kind} (not materialized) is not yet supported",
-                                      hint="Use CREATE MATERIALIZED VIEW.")
+        if kind == "VIEW":
+            from streamdb.planner import create_plain_view
+
+            return create_plain_view.plan(node, ctx, sql)
         raise FeatureNotSupported(f"CREATE {kind} is not supported")
     if isinstance(node, exp.Drop):
         return drop.plan(node, ctx)
@@ -201,6 +202,10 @@ def describe(node: exp.Expression, ctx: PlanContext,
         q = query_planner.plan_query(inner, ctx, changes=isinstance(node, S.SelectStream),
                                      declared_params=declared)
         return q.param_types, q.columns
+    if isinstance(node, S.EmitChanges) and (declared or query_planner.parameter_count(node)):
+        # A push query's parameters are typed by its query (`WHERE seq >= $1`), not as text.
+        q = query_planner.plan_query(node.this, ctx, declared_params=declared)
+        return q.param_types, (*subscribe.CHANGE_COLUMNS, *q.columns)
     n = query_planner.parameter_count(node)
     if n == 0 and not declared:
         try:

@@ -248,6 +248,11 @@ class _Rewriter:
             return None
         if target in _REG_TYPES:
             x = node.this
+            if (target in ("regproc", "regprocedure") and isinstance(x, exp.Literal)
+                    and x.is_string and not re.fullmatch(r"\s*\d+\s*", x.this)):
+                # regproc columns (pg_type.typinput, ...) hold names here, not oids: pgjdbc
+                # compares `typinput = 'pg_catalog.array_in'::regproc`.
+                return _lit(re.sub(r"\(.*$", "", x.this.strip()).split(".")[-1].strip('"'))
             if (isinstance(x, exp.Literal) and x.is_string) or self._is_textual(x):
                 return self._reg_to_oid(target, x)
             return self._reg_to_text(target, x)
@@ -301,6 +306,10 @@ class _Rewriter:
             return self._cast(node)
         if isinstance(node, (exp.EQ, exp.NEQ)):
             return self._array_text_compare(node)
+        if isinstance(node, (exp.Like, exp.ILike)) and not isinstance(node.parent, exp.Escape):
+            # Postgres's LIKE escapes with a backslash unless told otherwise (psql's TAB
+            # completion sends `relname LIKE 'mv\_c%'`); DuckDB's has no escape character.
+            return exp.Escape(this=node, expression=_lit("\\"))
         if isinstance(node, exp.Anonymous):
             return self._function(node.name.lower(), list(node.expressions), node)
         handler = _SIMPLE_FUNCS.get(type(node))
@@ -311,6 +320,10 @@ class _Rewriter:
     # -- node kinds ---------------------------------------------------------------------------
 
     def _column(self, node: exp.Column) -> exp.Expression:
+        if node.name.lower() == "tableoid" and not node.this.quoted:
+            oid = self._tableoid(node)
+            if oid is not None:
+                return _lit(oid)
         db = node.args.get("db")
         if db is not None and db.name.lower() in SYSTEM_SCHEMAS and not node.args.get("catalog"):
             node.set("db", None)
@@ -322,6 +335,19 @@ class _Rewriter:
             if name == "current_catalog":
                 return _lit(self.session.database)
         return node
+
+    def _tableoid(self, node: exp.Column) -> int | None:
+        """The system column `x.tableoid` of a system table x (psql's \\dd, \\dL join
+        pg_description on it): that table's OID. None when x is not a system table."""
+        select = node.find_ancestor(exp.Select)
+        if select is None:
+            return None
+        tables = [t for t in select.find_all(exp.Table)
+                  if not node.table or t.alias_or_name == node.table]
+        keys = {sc.system_table_key_for_registered(t.name) for t in tables}
+        if len(keys) != 1 or None in keys:
+            return None
+        return sc.SYSTEM_TABLE_OIDS[str(keys.pop())]
 
     def _dot(self, node: exp.Dot) -> exp.Expression:
         left = node.this
@@ -666,14 +692,19 @@ _FUNCS: dict[str, _Handler] = {
     "pg_get_ruledef": _NULL_TEXT,
     "pg_get_triggerdef": _NULL_TEXT,
     "pg_get_functiondef": _NULL_TEXT,
-    "pg_get_function_result": _NULL_TEXT,
-    "pg_get_function_arguments": _NULL_TEXT,
+    # From the functions pg_proc lists (system_catalog.PROCS), as psql's \\df shows them.
+    "pg_get_function_result": lambda rw, args: _case(_arg(args, 0), [
+        (_lit(9000 + i), _lit(sc.format_type(ret) or "")) for i, (_, ret, _) in enumerate(sc.PROCS)], _null()),
+    "pg_get_function_arguments": lambda rw, args: _case(_arg(args, 0), [
+        (_lit(9000 + i), _lit(", ".join(["text"] * nargs))) for i, (_, _, nargs) in enumerate(sc.PROCS)],
+        _null()),
     "pg_get_function_identity_arguments": _NULL_TEXT,
     "pg_get_statisticsobjdef_columns": _NULL_TEXT,
     "pg_get_partkeydef": _NULL_TEXT,
     "pg_get_partition_constraintdef": _NULL_TEXT,
     "pg_get_serial_sequence": _NULL_TEXT,
     "pg_relation_is_publishable": _FALSE,
+    "pg_tablespace_location": _const(lambda rw: _lit("")),  # both tablespaces are built in
     "pg_size_pretty": _macro("sdb_pg_size_pretty", 1),
     "pg_table_size": _ZERO_BIGINT,
     "pg_relation_size": _ZERO_BIGINT,
@@ -693,6 +724,9 @@ _FUNCS: dict[str, _Handler] = {
     "to_regclass": lambda rw, args: rw.to_reg("regclass", args),
     "to_regtype": lambda rw, args: rw.to_reg("regtype", args),
     "to_regnamespace": lambda rw, args: rw.to_reg("regnamespace", args),
+    # A set-returning function of (x, n) rows; DuckDB unnests side by side as Postgres does.
+    "_pg_expandarray": lambda rw, args: exp.Unnest(
+        expressions=[_call("sdb_pg_expandarray", _arg(args, 0))]),
 }
 
 

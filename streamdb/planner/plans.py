@@ -67,6 +67,9 @@ class QueryPlan(Plan):
     params: tuple[Any, ...] = ()
     # Set when the query is a lookup by key: the runtime answers it from an index.
     lookup: PointLookup | None = None
+    # Plain views the query read, inlined (views over views included): things built on the
+    # query depend on them as well as on `inputs` (planner/create_plain_view.py).
+    views: tuple[int, ...] = ()
 
     def explain(self) -> str:
         lines = ["Query (snapshot read)"]

@@ -8,13 +8,15 @@ Spark, no disk.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
-from streamdb.errors import UndefinedColumn, UndefinedTable
+from streamdb.errors import FeatureNotSupported, StreamDBError, UndefinedColumn, UndefinedTable
 from streamdb.planner import pg_functions, privileges
 from streamdb.planner.context import PlanContext
 from streamdb.planner.lookup import point_lookup
@@ -28,6 +30,11 @@ from streamdb.runtime.api import Column
 ROWTIME = "rowtime"
 OP = "op"
 ROWKEY = "__rowkey"
+# Set on the table references inside an inlined plain view: whose SELECT privilege they need
+# (the view owner's, as in Postgres: reading a view needs SELECT on the view only).
+VIEW_OWNER = "view_owner"
+# A plain view's extra setting: created with a column list (`CREATE VIEW v (a, b) AS ...`).
+RENAMED_COLUMNS = "renamed_columns"
 
 
 def relation_columns(rel: RelationDef, mode: str) -> tuple[tuple[str, T.SqlType], ...]:
@@ -63,7 +70,7 @@ class _Resolver:
         if schema in (None, "public"):
             rel = self.ctx.catalog.get(name)
         if rel is not None:
-            privileges.require(self.ctx, rel, "SELECT", table)
+            _require_select(self.ctx, rel, table)
             reg = f"r{rel.id}_changes" if self.mode == "changes" else f"r{rel.id}"
             if reg not in self.inputs:
                 self.inputs[reg] = RelationInput(reg, rel.id, None, self.mode,  # type: ignore[arg-type]
@@ -112,6 +119,75 @@ def _cte_names(ast: exp.Expression) -> set[str]:
     return {normalize(cte.args["alias"].this) for cte in ast.find_all(exp.CTE) if cte.args.get("alias")}
 
 
+def _require_select(ctx: PlanContext, rel: RelationDef, table: exp.Table) -> None:
+    owner = table.meta.get(VIEW_OWNER)
+    if owner is None:
+        privileges.require(ctx, rel, "SELECT", table)
+    elif not ctx.catalog.has_privilege(owner, rel, "SELECT"):
+        raise privileges.denied(rel, table)
+
+
+@lru_cache(maxsize=256)
+def _parsed_view_body(create_sql: str) -> exp.Expression:
+    """A plain view's query from its CREATE statement (the text as written, as for materialized
+    views), without source positions: they would point into the view's text, not the statement."""
+    from streamdb.sql.parser import parse_one
+
+    body = parse_one(create_sql).args["expression"]
+    for node in body.walk():
+        if node._meta:
+            node._meta.clear()
+    return body
+
+
+def _inline_views(ast: exp.Expression, ctx: PlanContext, mode: str, expanding: tuple[int, ...] = ()) -> list[int]:
+    """Replace each reference to a plain view by the view's query, as a subquery under the
+    reference's alias (views over views recursively), before anything else resolves tables, so
+    that planning downstream (embedded engine, Spark, lookups) only sees stored relations.
+    Returns the ids of the views inlined."""
+    ctes = _cte_names(ast)
+    inlined: list[int] = []
+    for table in list(ast.find_all(exp.Table)):
+        if not isinstance(table.this, exp.Identifier) or table.args.get("catalog"):
+            continue
+        schema, name = table_name(table)
+        if schema not in (None, "public") or (schema is None and name in ctes and VIEW_OWNER not in table.meta):
+            continue
+        rel = ctx.catalog.get(name)
+        if rel is None or rel.kind != "view":
+            continue
+        _require_select(ctx, rel, table)
+        if mode == "changes":
+            raise FeatureNotSupported(f'view "{name}" has no changes of its own to read',
+                                      position=position_of(table),
+                                      hint="SELECT STREAM reads a stream's or table's changes; use EMIT CHANGES "
+                                           "for the changes of a view's result.")
+        if rel.id in expanding:
+            raise StreamDBError(f'infinite recursion detected in rules for relation "{name}"', sqlstate="42P17")
+        body = _parsed_view_body(rel.create_sql).copy()
+        expand_window_functions(body, ctx)
+        inner_ctes = _cte_names(body)
+        for inner in body.find_all(exp.Table):
+            if isinstance(inner.this, exp.Identifier) and not (inner.args.get("db") is None and
+                                                               normalize(inner.this) in inner_ctes):
+                inner.meta[VIEW_OWNER] = rel.owner
+        inlined += [rel.id, *_inline_views(body, ctx, mode, (*expanding, rel.id))]
+        alias_node = table.args.get("alias")
+        alias = normalize(alias_node.this) if alias_node is not None and alias_node.this else name
+        names = [normalize(c) for c in (alias_node.args.get("columns") or [])] if alias_node is not None else []
+        if names or dict(rel.extra).get(RENAMED_COLUMNS):
+            # Spark wants every column named in a column alias list.
+            names += [c.name for c in rel.columns[len(names):]]
+        sub = exp.Subquery(this=body, alias=exp.TableAlias(
+            this=exp.to_identifier(alias, quoted=True),
+            columns=[exp.to_identifier(n, quoted=True) for n in names] or None))
+        for key in ("joins", "laterals", "pivots"):
+            if table.args.get(key):
+                sub.set(key, table.args[key])
+        table.replace(sub)
+    return inlined
+
+
 def _resolve_tables(ast: exp.Expression, resolver: _Resolver) -> dict[str, list[str]]:
     """Replace every table reference by its registered name; return alias -> star columns."""
     ctes = _cte_names(ast)
@@ -120,7 +196,7 @@ def _resolve_tables(ast: exp.Expression, resolver: _Resolver) -> dict[str, list[
         if not isinstance(table.this, exp.Identifier):
             continue  # table functions such as generate_series(...)
         schema, name = table_name(table)
-        if schema is None and name in ctes:
+        if schema is None and name in ctes and VIEW_OWNER not in table.meta:
             continue
         reg, star_cols = resolver.resolve(table)
         alias_node = table.args.get("alias")
@@ -311,6 +387,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     mode = "changes" if changes else "state"
     query = ast.copy()
     expand_window_functions(query, ctx)
+    views = tuple(dict.fromkeys(_inline_views(query, ctx, mode)))
     resolver = _Resolver(ctx, mode)
     star_by_alias = _resolve_tables(query, resolver)
     _expand_stars(query, star_by_alias)
@@ -344,7 +421,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     spark_sql = spark_sql_for(query, inputs)
     return QueryPlan(duckdb_sql=duck_sql, spark_sql=spark_sql, inputs=inputs, columns=columns,
                      param_types=param_types, resolved_sql=query.sql(dialect="streamdb"),
-                     lookup=point_lookup(query, inputs, param_types, ctx))
+                     lookup=point_lookup(query, inputs, param_types, ctx), views=views)
 
 
 _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)

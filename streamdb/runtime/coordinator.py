@@ -7,9 +7,11 @@ from typing import Any
 
 from streamdb.errors import FeatureNotSupported
 from streamdb.planner import plans as P
+from streamdb.planner.create_plain_view import CreatePlainViewPlan
 from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements import (
     copy,
+    create_plain_view,
     create_relation,
     cursor,
     drop,
@@ -55,6 +57,7 @@ HANDLERS: dict[type, Handler] = {
     P.RolePlan: roles.execute_role,
     P.DropRolePlan: roles.execute_drop,
     P.GrantPlan: roles.execute_grant,
+    CreatePlainViewPlan: create_plain_view.execute,
 }
 
 

@@ -68,6 +68,10 @@ def macro_definitions() -> list[str]:
         "CREATE OR REPLACE MACRO sdb_txid_current() AS "
         "(CAST(epoch_us(get_current_timestamp()) AS BIGINT))",
         "CREATE OR REPLACE MACRO sdb_regtype_name(o) AS (sdb_format_type(o, NULL))",
+        # information_schema._pg_expandarray(a) as a list; the rewrite unnests it (pgjdbc's
+        # getPrimaryKeys and getIndexInfo select `(_pg_expandarray(indkey)).n`).
+        "CREATE OR REPLACE MACRO sdb_pg_expandarray(a) AS "
+        "(list_transform(range(1, len(a) + 1), lambda i: {'x': a[i], 'n': i}))",
     ]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from streamdb.config import Settings
 from streamdb.errors import InvalidAuthorization, InvalidCatalogName, Notice
+from streamdb.metrics import Metrics
 from streamdb.runtime import embedded
 from streamdb.runtime.api import LoginInfo
 from streamdb.runtime.catalog_store import CatalogStore
@@ -29,6 +30,7 @@ class Engine:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.storage = open_storage(settings.log, str(data_dir / "log"),
                                     kafka_bootstrap=settings.kafka_bootstrap)
+        self.metrics = Metrics(self)
         self.catalog = CatalogStore(self.storage)
         self.reader = RelationReader(self.storage)
         self.watermarks = Watermarks(self.storage)

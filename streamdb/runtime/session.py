@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from streamdb.errors import (
     StreamDBError,
     UndefinedObject,
 )
+from streamdb.metrics import statement_kind
 from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import TypedValue, coerce
 from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
@@ -204,7 +206,12 @@ class EngineSession:
             hit = self._template_statement(sql, template)
             if hit is not None:
                 return [hit]
-        statements = [Statement(p.sql, p.ast, p.offset) for p in parse_statements(sql)]
+        try:
+            parsed = parse_statements(sql)
+        except StreamDBError as e:
+            self.engine.metrics.statement_unparsed(e.sqlstate)
+            raise
+        statements = [Statement(p.sql, p.ast, p.offset) for p in parsed]
         if template is not None and len(statements) == 1:
             self._learn_template(template, statements[0])
         return statements
@@ -291,6 +298,21 @@ class EngineSession:
         return PreparedStatement(st, types, columns)
 
     async def execute(self, statement: Statement, params: list[Any] | None = None) -> ExecutionResult:
+        started = time.perf_counter()
+        sqlstate: str | None = None
+        try:
+            return await self._execute(statement, params)
+        except StreamDBError as e:
+            sqlstate = e.sqlstate
+            raise
+        except asyncio.CancelledError:
+            sqlstate = QueryCanceled.sqlstate
+            raise
+        finally:
+            self.engine.metrics.statement_done(statement_kind(statement.ast), time.perf_counter() - started,
+                                               sqlstate)
+
+    async def _execute(self, statement: Statement, params: list[Any] | None) -> ExecutionResult:
         node = statement.ast
         if self.txn_status == "E" and not isinstance(node, S.TransactionControl):
             raise InFailedTransaction(

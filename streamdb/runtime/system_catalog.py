@@ -288,6 +288,26 @@ _SPECS: dict[str, str] = {
     "pg_catalog.pg_event_trigger": (
         "oid:oid evtname:name evtevent:name evtowner:oid evtfoid:oid evtenabled:char "
         "evttags:text[]"),
+    # Empty: read by psql's \\dd, \\dc, \\dl, \\dF, \\drds, \\dRs, \\dA*, \\ddp.
+    "pg_catalog.pg_opfamily": "oid:oid opfmethod:oid opfname:name opfnamespace:oid opfowner:oid",
+    "pg_catalog.pg_conversion": (
+        "oid:oid conname:name connamespace:oid conowner:oid conforencoding:int4 "
+        "contoencoding:int4 conproc:regproc condefault:bool"),
+    "pg_catalog.pg_largeobject_metadata": "oid:oid lomowner:oid lomacl:acl[]",
+    "pg_catalog.pg_ts_config": "oid:oid cfgname:name cfgnamespace:oid cfgowner:oid cfgparser:oid",
+    "pg_catalog.pg_db_role_setting": "setdatabase:oid setrole:oid setconfig:text[]",
+    "pg_catalog.pg_subscription": (
+        "oid:oid subdbid:oid subskiplsn:text subname:name subowner:oid subenabled:bool "
+        "subbinary:bool substream:bool subtwophasestate:char subdisableonerr:bool "
+        "subconninfo:text subslotname:name subsynccommit:text subpublications:text[]"),
+    "pg_catalog.pg_amop": (
+        "oid:oid amopfamily:oid amoplefttype:oid amoprighttype:oid amopstrategy:int2 "
+        "amoppurpose:char amopopr:oid amopmethod:oid amopsortfamily:oid"),
+    "pg_catalog.pg_amproc": (
+        "oid:oid amprocfamily:oid amproclefttype:oid amprocrighttype:oid amprocnum:int2 "
+        "amproc:regproc"),
+    "pg_catalog.pg_default_acl": (
+        "oid:oid defaclrole:oid defaclnamespace:oid defaclobjtype:char defaclacl:acl[]"),
     "pg_catalog.pg_language": (
         "oid:oid lanname:name lanowner:oid lanispl:bool lanpltrusted:bool "
         "lanplcallfoid:oid laninline:oid lanvalidator:oid lanacl:acl[]"),
@@ -377,6 +397,9 @@ _KNOWN_OIDS = {
     "pg_foreign_table": 3118, "pg_foreign_server": 1417, "pg_foreign_data_wrapper": 2328,
     "pg_partitioned_table": 3350, "pg_tablespace": 1213, "pg_shdescription": 2396,
     "pg_event_trigger": 3466,
+    "pg_opfamily": 2753, "pg_conversion": 2607, "pg_largeobject_metadata": 2995,
+    "pg_ts_config": 3602, "pg_db_role_setting": 2964, "pg_subscription": 6100, "pg_amop": 2602,
+    "pg_amproc": 2603, "pg_default_acl": 826,
 }
 # Views among the system relations (relkind 'v'); the rest are catalogs ('r').
 _SYSTEM_VIEWS = {
@@ -443,7 +466,8 @@ RELKIND: dict[str, str] = {"stream": "r", "table": "r", "view": "v", "materializ
 
 
 def relkind(rel: RelationDef) -> str:
-    return RELKIND.get(rel.kind, "r")
+    # A derived stream or table (CREATE STREAM ... AS SELECT) lists as what it shows as.
+    return RELKIND.get(rel.shown_kind, "r")
 
 
 def namespace_oid(schema: str) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
+from streamdb import metrics as M
 from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import (
@@ -379,6 +380,9 @@ class ViewMaintainer:
                 results += self._run_level(spark, group, tables)
             except StreamDBError as e:
                 results += [e] * len(group)
+        failed_on_spark = sum(isinstance(r, StreamDBError) for r in results)
+        if failed_on_spark:
+            engine.metrics.spark_failed(M.MATERIALIZED_VIEW, failed_on_spark)
         # Every view's changes, state and offsets go into one atomic commit (one sync for the
         # level, not one per view); a view whose epoch failed is left out and keeps its error.
         level_commit = Commit()
@@ -403,6 +407,7 @@ class ViewMaintainer:
             for item, _ in applied:
                 self._record_error(item.view, item.st, e)
             return
+        engine.metrics.committed(level_commit)
         for item, done in applied:
             done()
             item.st.error = None
@@ -629,6 +634,7 @@ class ViewMaintainer:
             st.partials = item.aggregate is not None
             st.last_epoch_ms = (time.monotonic() - item.started) * 1000
             st.last_epoch_at = time.time()
+            engine.metrics.epoch_done(M.MATERIALIZED_VIEW, st.last_epoch_ms / 1000)
             if changes and engine.loop is not None:
                 engine.loop.call_soon_threadsafe(self._wake.set)  # views over this view
         return done
@@ -767,15 +773,19 @@ class ViewMaintainer:
             spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
             started = time.monotonic()
             changes: list[tuple[tuple[Any, ...], int]] = []
+            try:
+                answer = spark.run_query(plan.delta_sql or plan.query.spark_sql, tables)
+            except StreamDBError:
+                engine.metrics.spark_failed(M.PUSH_QUERY)
+                raise
             if plan.delta_sql is not None:
                 weights: Counter[tuple[Any, ...]] = Counter()
-                for r in arrow_to_rows(spark.run_query(plan.delta_sql, tables),
-                                       (*plan.query.columns, _WEIGHT_COLUMN)):
+                for r in arrow_to_rows(answer, (*plan.query.columns, _WEIGHT_COLUMN)):
                     weights[tuple(_normalize(v) for v in r[:-1])] += r[-1]
                 changes = [(row, w) for row, w in weights.items() if w]
             else:
                 result = Counter(tuple(_normalize(v) for v in r) for r in arrow_to_rows(
-                    spark.run_query(plan.query.spark_sql, tables), plan.query.columns))
+                    answer, plan.query.columns))
                 previous = sub.previous if sub.previous is not None else Counter()
                 if sub.started or plan.snapshot:
                     changes = [(row, result[row] - previous[row]) for row in (result | previous)
@@ -785,6 +795,7 @@ class ViewMaintainer:
         sub.started = True
         sub.epochs += 1
         sub.last_epoch_ms = (time.monotonic() - started) * 1000
+        engine.metrics.epoch_done(M.PUSH_QUERY, sub.last_epoch_ms / 1000)
         sub.deliver(changes, dt.datetime.now(dt.UTC))
 
     # ---- FLUSH and status ----------------------------------------------------------------

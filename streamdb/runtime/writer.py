@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 _round_robin = itertools.count()
 
 
+async def _commit(engine: Engine, commit: Commit) -> None:
+    """Commit durably, then count what it appended (streamdb_log_appended_*)."""
+    await engine.storage.commit_async(commit)
+    engine.metrics.committed(commit)
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -177,7 +183,7 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
                 change, _, snapshot = engine.catalog.plan_change(update=[updated])
                 change.appends.extend(_stream_appends(updated, [(C.dumps_event(e),) for e in events],
                                                       rowtimes, [None] * len(events)))
-                await engine.storage.commit_async(change)
+                await _commit(engine, change)
                 engine.catalog.applied(snapshot)
             engine.notify_write(rel.id)
             return len(rows)
@@ -186,7 +192,7 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
     else:
         full_rows, rowtimes = build_rows(rel, names, rows, rowtime_given)
         return await append_rows(engine, rel, full_rows, rowtimes)
-    await engine.storage.commit_async(commit)
+    await _commit(engine, commit)
     engine.notify_write(rel.id)
     return len(rows)
 
@@ -213,7 +219,7 @@ async def append_arrow(engine: Engine, rel: RelationDef, table: pa.Table) -> int
         weight = pa.array([1] * length, pa.int64())
         batch = pa.Table.from_arrays([*chunk, rowtime, weight], schema=C.batch_schema(rel))
         commit.appends.append(Append(rel.id, (first + k) % parts, C.encode_table(batch), length))
-    await engine.storage.commit_async(commit)
+    await _commit(engine, commit)
     engine.notify_write(rel.id)
     return n
 
@@ -239,10 +245,10 @@ async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[An
         async with engine.table_lock(rel.id):
             state = engine.watermarks.state(rel.id).advanced(rowtimes, delay)
             commit.puts.append(engine.watermarks.put(rel.id, state))
-            await engine.storage.commit_async(commit)
+            await _commit(engine, commit)
             engine.watermarks.installed(rel.id, state)
     else:
-        await engine.storage.commit_async(commit)
+        await _commit(engine, commit)
     for rel_id in {a.relation_id for a in commit.appends}:
         engine.notify_write(rel_id)
     return len(full_rows)
@@ -340,6 +346,6 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
                 commit.deletes.append((store, key))
             else:
                 commit.puts.append((store, key, C.encode_state_row(current_row, now)))
-        await engine.storage.commit_async(commit)
+        await _commit(engine, commit)
     engine.notify_write(rel.id)
     return affected

@@ -1071,7 +1071,13 @@ class StreamDB(Postgres):
                 if self._match_texts(self.ROLE_FLAGS):
                     options.append(self.expression(ast.RoleOption(this=self._prev.text.upper())))
                 elif self._match_text_seq("PASSWORD"):
-                    value = exp.Null() if self._match(TokenType.NULL) else self._parse_string()
+                    # E'...' (psycopg's quoting of a password with a backslash) is a string too.
+                    if self._match(TokenType.NULL):
+                        value: exp.Expr | None = exp.Null()
+                    elif self._match(TokenType.BYTE_STRING):
+                        value = exp.Literal.string(self._prev.text)
+                    else:
+                        value = self._parse_string()
                     if value is None:
                         self.raise_error("Expected a password string or NULL")
                     options.append(self.expression(ast.RoleOption(this="PASSWORD", expression=value)))

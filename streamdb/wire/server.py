@@ -18,7 +18,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from streamdb import types as T
 from streamdb import values
@@ -69,6 +69,19 @@ _AUTHENTICATION_TIMEOUT_SECONDS = 60.0
 _MAX_AUTH_MESSAGE_BYTES = 65535
 
 
+class ConnectionObserver(Protocol):
+    """Told about connections as they come and go (the server's metrics count them)."""
+
+    def connection_opened(self) -> None:
+        """A client completed startup: it holds a session now."""
+
+    def connection_closed(self) -> None:
+        """A client that completed startup went away."""
+
+    def connection_refused(self, sqlstate: str) -> None:
+        """A client was turned away before it got a session (FATAL with this SQLSTATE)."""
+
+
 class _ConnectionClosed(Exception):
     """The client went away (EOF, reset, Terminate): end the connection quietly."""
 
@@ -95,6 +108,7 @@ class WireServer:
         auth_method: str = "trust",
         ssl_context: ssl.SSLContext | None = None,
         tls_required: bool = False,
+        observer: ConnectionObserver | None = None,
     ) -> None:
         if auth_method not in AUTH_METHODS:
             raise ValueError(f"unknown auth_method {auth_method!r}")
@@ -108,6 +122,7 @@ class WireServer:
         self.auth_method = auth_method
         self.ssl_context = ssl_context
         self.tls_required = tls_required
+        self.observer = observer
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -234,6 +249,8 @@ class Connection:
             if await self._startup():
                 await self._message_loop()
         except _FatalError as fatal:
+            if self.cancel_key is None and self.server.observer is not None:
+                self.server.observer.connection_refused(fatal.error.sqlstate)
             self._send_error(fatal.error, severity="FATAL")
             with contextlib.suppress(_ConnectionClosed):
                 await self._flush()
@@ -255,6 +272,8 @@ class Connection:
                 pending.exception()  # consumed: the connection is over anyway
             pending.cancel()
         self.server._unregister(self.cancel_key)
+        if self.cancel_key is not None and self.server.observer is not None:
+            self.server.observer.connection_closed()
         if self.session is not None:
             session, self.session = self.session, None
             try:
@@ -438,6 +457,8 @@ class Connection:
             log.exception("new_session failed")
             raise _FatalError(InternalError(f"internal error: {exc}")) from None
         self.cancel_key = self.server._register(self)
+        if self.server.observer is not None:
+            self.server.observer.connection_opened()
         log.debug("connection %s: user=%s database=%s", self.peer, user, database)
 
         self._send(pq.authentication_ok())

@@ -150,6 +150,11 @@ async def execute_describe(plan: DescribeRelationPlan, ctx: ExecContext) -> Exec
             rows.append(("late events", str(state.late_events)))
     if rel.kind == "table":
         rows.append(("primary key", ", ".join(rel.primary_key) or "(none: a multiset)"))
+    if rel.kind == "view":  # a named query: nothing stored, so no format, rows or offsets
+        rows.append(("query", dict(rel.extra).get("query_sql")))
+        rows.append(("maintenance", "none: queries that read the view run its query in its place"))
+        rows.append(("created", dt.datetime.fromtimestamp(rel.created_at, dt.UTC).isoformat(timespec="seconds")))
+        return ExecutionResult(f"SELECT {len(rows)}", columns=DESCRIBE_COLUMNS, rows=rows)
     rows.append(("format", rel.value_format))
     rows.append(("partitions", str(rel.partitions)))
     with engine.storage.snapshot() as snap:
