@@ -23,6 +23,7 @@ test: install
 	@scripts/ensure-psql.sh
 	@scripts/ensure-jdbc.sh
 	@scripts/ensure-node-deps.sh
+	@scripts/ensure-chromium.sh
 	$(BIN)/ruff check streamdb tests bench
 	$(BIN)/mypy streamdb
 	$(BIN)/python -m pytest -q -ra

@@ -354,6 +354,9 @@ class ConsoleServer:
         self._sockets.add(ws)
         try:
             await asyncio.wait({pump, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if pump.done() and not pump.cancelled() and pump.exception() is not None:
+                log.error("console push query failed", exc_info=pump.exception())
+                await ws.send_json({"error": f"internal error: {pump.exception()}", "sqlstate": "XX000"})
         finally:
             for task in (pump, closed):
                 task.cancel()
