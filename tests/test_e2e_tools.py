@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import socket
 import struct
 import subprocess
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,7 +75,7 @@ def _psql_argv(host: str, port: int) -> list[str]:
 
 def psql(srv: ServerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     out = subprocess.run([*_psql_argv(srv.host, srv.port), *args], capture_output=True, text=True,
-                         timeout=60, env={"PGSSLMODE": "disable", "PATH": "/usr/bin:/bin"})
+                         timeout=60, env={**os.environ, "PGSSLMODE": "disable", "LC_ALL": "C"})  # English
     if ok:
         assert out.returncode == 0, out.stderr
         assert "ERROR" not in out.stderr, out.stderr
@@ -479,17 +481,33 @@ def test_pandas_read_sql_over_views(engine, tools_server):
     users = pd.read_sql("SELECT id, name, email, created_at FROM users ORDER BY id", engine)
     assert str(users["created_at"].dtype) == "datetime64[ns]"
     assert users["email"].isna().tolist() == [False, True]
-    with psycopg.connect(tools_server.dsn) as raw:  # pandas warns it tested only DBAPI2 sqlite
-        with pytest.warns(UserWarning, match="SQLAlchemy"):
-            via_dbapi = pd.read_sql("SELECT kind, n FROM mv_counts ORDER BY kind", raw)
-            plain_view = pd.read_sql("SELECT * FROM v_users WHERE id > %(min)s ORDER BY id", raw,
-                                     params={"min": 0})
+    with psycopg.connect(tools_server.dsn) as raw, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # pandas: "only supports SQLAlchemy connectable"
+        via_dbapi = pd.read_sql("SELECT kind, n FROM mv_counts ORDER BY kind", raw)
+        plain_view = pd.read_sql("SELECT * FROM v_users WHERE id > %(min)s ORDER BY id", raw,
+                                 params={"min": 0})
     assert via_dbapi.to_dict("records") == [{"kind": "click", "n": 2}, {"kind": "view", "n": 1}]
     assert str(via_dbapi["n"].dtype) == "int64"
     assert plain_view.to_dict("records") == [{"id": 1, "name": "ann"}, {"id": 2, "name": "bob"}]
     assert str(plain_view["id"].dtype) == "int64" and plain_view["name"].dtype == object
     events = pd.read_sql("SELECT id, ts FROM events ORDER BY id", engine)
     assert str(events["ts"].dtype) in ("datetime64[ns, UTC]", "datetime64[us, UTC]")
+
+
+def test_pandas_to_sql_round_trip(engine, db):
+    frame = pd.DataFrame({"a": [1, 2], "b": ["x", None], "c": [1.5, float("nan")],
+                          "d": pd.to_datetime(["2025-01-01 10:00", "2025-01-02 11:30"], utc=True)})
+    try:
+        frame.to_sql("pandas_out", engine, index=False)  # has_table, CREATE TABLE, executemany INSERT
+        back = pd.read_sql("SELECT * FROM pandas_out ORDER BY a", engine)
+        assert back["a"].tolist() == [1, 2] and back["b"].tolist() == ["x", None]
+        assert back["c"].iloc[0] == 1.5 and pd.isna(back["c"].iloc[1])
+        assert back["d"].tolist() == frame["d"].tolist()
+        cols = {c["name"]: c["type"] for c in sa.inspect(engine).get_columns("pandas_out")}
+        assert isinstance(cols["a"], sa.BIGINT) and isinstance(cols["b"], sa.TEXT)
+        assert isinstance(cols["c"], sa.DOUBLE_PRECISION) and cols["d"].timezone is True
+    finally:
+        db.execute("DROP TABLE IF EXISTS pandas_out")
 
 
 # --- the catalogs behind them -------------------------------------------------------------------------
