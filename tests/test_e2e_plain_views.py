@@ -109,6 +109,79 @@ def test_materialized_view_over_plain_view_matches_recomputation(conn: psycopg.C
     assert {clicks, users} <= left
 
 
+def test_materialized_views_over_filtering_views_are_incremental(conn: psycopg.Connection, unique: str) -> None:
+    orders, open_orders, big_open = f"orders_{unique}", f"open_orders_{unique}", f"big_open_{unique}"
+    rows_mv, agg_mv = f"big_open_rows_{unique}", f"big_open_totals_{unique}"
+    clicks, slow, slow_stream = f"mclicks_{unique}", f"mslow_{unique}", f"mslow_stream_{unique}"
+    conn.execute(f"CREATE TABLE {orders} (id INT PRIMARY KEY, customer TEXT, amount INT, status TEXT)")
+    conn.execute(f"INSERT INTO {orders} VALUES (1, 'ann', 5, 'open'), (2, 'bob', 20, 'open'), "
+                 "(3, 'ann', 30, 'open'), (4, 'cy', 40, 'closed')")
+    conn.execute(f"CREATE VIEW {open_orders} AS SELECT id, customer, amount * 100 + 1 AS cents FROM {orders} "
+                 "WHERE status = 'open'")
+    conn.execute(f"CREATE VIEW {big_open} (oid, who, cents) AS SELECT id, upper(customer), cents FROM {open_orders} "
+                 "WHERE cents >= 1000")
+    rows_query = f"SELECT oid, who, cents * 2 AS doubled FROM {big_open} WHERE who <> 'ZED'"
+    agg_query = f"SELECT who, count(*) AS n, sum(cents) AS total FROM {big_open} GROUP BY who"
+    # The same queries written against the table: what the views stand for.
+    rows_direct = (f"SELECT id, upper(customer), (amount * 100 + 1) * 2 FROM {orders} "
+                   "WHERE status = 'open' AND amount * 100 + 1 >= 1000 AND upper(customer) <> 'ZED'")
+    agg_direct = (f"SELECT upper(customer), count(*), sum(amount * 100 + 1) FROM {orders} "
+                  "WHERE status = 'open' AND amount * 100 + 1 >= 1000 GROUP BY 1")
+    conn.execute(f"CREATE MATERIALIZED VIEW {rows_mv} AS {rows_query}")
+    conn.execute(f"CREATE MATERIALIZED VIEW {agg_mv} AS {agg_query}")
+    conn.execute(f"CREATE STREAM {clicks} (user_id INT, ms INT)")
+    conn.execute(f"CREATE VIEW {slow} AS SELECT user_id, ms / 1000 AS secs FROM {clicks} WHERE ms > 1000")
+    conn.execute(f"CREATE STREAM {slow_stream} AS SELECT * FROM {slow}")
+    conn.execute(f"INSERT INTO {clicks} VALUES (1, 500), (2, 3000)")
+
+    def check() -> None:
+        conn.execute("FLUSH")
+        maintained = sorted(conn.execute(f"SELECT * FROM {rows_mv}").fetchall())
+        assert maintained == sorted(conn.execute(rows_query).fetchall()) == \
+            sorted(conn.execute(rows_direct).fetchall())
+        maintained = sorted(conn.execute(f"SELECT * FROM {agg_mv}").fetchall())
+        assert maintained == sorted(conn.execute(agg_query).fetchall()) == sorted(conn.execute(agg_direct).fetchall())
+        assert sorted(conn.execute(f"SELECT * FROM {slow_stream}").fetchall()) == \
+            sorted(conn.execute(f"SELECT * FROM {slow}").fetchall())
+
+    check()
+    assert sorted(conn.execute(f"SELECT * FROM {agg_mv}").fetchall()) == [("ANN", 1, 3001), ("BOB", 1, 2001)]
+    conn.execute(f"INSERT INTO {orders} VALUES (5, 'bob', 50, 'open'), (6, 'dee', 9, 'open')")
+    conn.execute(f"INSERT INTO {clicks} VALUES (3, 1500), (4, 999)")
+    check()
+    conn.execute(f"UPDATE {orders} SET status = 'open' WHERE id = 4")
+    conn.execute(f"UPDATE {orders} SET amount = 1 WHERE id = 2")
+    conn.execute(f"DELETE FROM {orders} WHERE id = 3")
+    check()
+    assert sorted(conn.execute(f"SELECT * FROM {rows_mv}").fetchall()) == [(4, "CY", 8002), (5, "BOB", 10002)]
+    assert sorted(conn.execute(f"SELECT * FROM {slow_stream}").fetchall()) == [(2, 3), (3, 1)]
+    # Ad hoc reads take the same merge: ORDER BY a name means the output column, as in Postgres.
+    assert conn.execute(f"SELECT who, -cents AS cents FROM {big_open} ORDER BY cents").fetchall() == [
+        ("BOB", -5001), ("CY", -4001)]
+    # Planned as if written against the relations: maintained from the changes only.
+    status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert status[rows_mv] == status[slow_stream] == "running (incremental)"
+    assert status[agg_mv] == "running (incremental aggregate)"
+
+
+def test_view_star_is_frozen_at_creation(conn: psycopg.Connection, unique: str) -> None:
+    s, v = f"fs_{unique}", f"fv_{unique}"
+    conn.execute(f'CREATE STREAM {s} WITH (FORMAT = "JSON")')
+    conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (22, 80)")
+    conn.execute(f"CREATE VIEW {v} AS SELECT * FROM {s} WHERE temperature > 20")
+    assert conn.execute(f"SHOW CREATE VIEW {v}").fetchall() == [
+        (v, f"CREATE VIEW {v} AS SELECT temperature, humidity FROM {s} WHERE temperature > 20")]
+    assert conn.execute("SELECT definition FROM pg_views WHERE viewname = %s", (v,)).fetchone() == (
+        f" SELECT temperature, humidity FROM {s} WHERE temperature > 20;",)
+    # A new key widens the stream, not the view.
+    conn.execute(f"INSERT INTO {s} (temperature, humidity, pressure) VALUES (25, 60, 1013), (10, 50, 990)")
+    assert [d.name for d in conn.execute(f"SELECT * FROM {s} LIMIT 0").description or []] == \
+        ["temperature", "humidity", "pressure"]
+    cur = conn.execute(f"SELECT * FROM {v} ORDER BY temperature")
+    assert [d.name for d in cur.description or []] == ["temperature", "humidity"]
+    assert cur.fetchall() == [(22, 80), (25, 60)]
+
+
 def test_push_query_over_plain_view_sees_new_rows(server: ServerProcess, conn: psycopg.Connection,
                                                   unique: str) -> None:
     events, hot = f"pevents_{unique}", f"hot_{unique}"

@@ -12,7 +12,7 @@ from sqlglot import exp
 from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, ColumnDef, RelationDef, RoleDef
 from streamdb.errors import InsufficientPrivilege, StreamDBError
-from streamdb.planner import create_plain_view
+from streamdb.planner import create_plain_view, create_view
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.query import RENAMED_COLUMNS, plan_query
 from streamdb.sql.parser import parse_one
@@ -91,3 +91,113 @@ def test_window_table_function_over_a_view() -> None:
                              "GROUP BY window_start"), c)
     assert [(col.name, col.type) for col in q.columns] == [("window_start", T.TIMESTAMPTZ), ("n", T.BIGINT)]
     assert [i.relation_id for i in q.inputs] == [4] and q.views == (5,)
+
+
+# ---- views merged into the queries that read them --------------------------------------
+
+EVENTS = RelationDef(id=10, name="events", kind="stream",
+                     columns=(ColumnDef("k", T.TEXT), ColumnDef("n", T.INTEGER), ColumnDef("ts", T.TIMESTAMPTZ)))
+
+
+def _view(id_: int, sql: str, *columns: tuple[str, T.SqlType], renamed: bool = False) -> RelationDef:
+    return RelationDef(id=id_, name=sql.split()[2], kind="view", create_sql=sql, depends_on=(10,),
+                       columns=tuple(ColumnDef(n, t) for n, t in columns),
+                       extra=((RENAMED_COLUMNS, True),) if renamed else ())
+
+
+BIG = _view(11, "CREATE VIEW big AS SELECT k, n * 2 AS n2, ts FROM events WHERE n > 1",
+            ("k", T.TEXT), ("n2", T.INTEGER), ("ts", T.TIMESTAMPTZ))
+BIG_AB = _view(12, "CREATE VIEW big_ab (key, twice) AS SELECT k, n2 + 1 FROM big WHERE k IN ('a', 'b')",
+               ("key", T.TEXT), ("twice", T.INTEGER), renamed=True)
+TOTALS = _view(13, "CREATE VIEW totals AS SELECT k, sum(n) AS s FROM events GROUP BY k",
+               ("k", T.TEXT), ("s", T.BIGINT))
+DISTINCT_KEYS = _view(14, "CREATE VIEW distinct_keys AS SELECT DISTINCT k, n FROM events", ("k", T.TEXT),
+                      ("n", T.INTEGER))
+NOISY = _view(15, "CREATE VIEW noisy AS SELECT k, random() AS r FROM events", ("k", T.TEXT), ("r", T.DOUBLE))
+
+
+def events_ctx(*extra: RelationDef) -> PlanContext:
+    rels = (EVENTS, BIG, BIG_AB, TOTALS, DISTINCT_KEYS, NOISY, *extra)
+    return PlanContext(catalog=CatalogSnapshot(1, {r.name: r for r in rels}),
+                       session=SessionInfo(user="streamdb", database="streamdb"))
+
+
+def mv_strategy(query: str, derived: str | None = None) -> tuple[str, tuple[int | None, ...]]:
+    sql = f"CREATE MATERIALIZED VIEW m AS {query}"
+    p = create_view.plan(parse_one(sql), events_ctx(), sql, derived)
+    strategy = next(line for line in p.explain().splitlines() if line.startswith("  strategy: "))
+    return strategy.split(":")[1].strip(), tuple(i.relation_id for i in p.query.inputs)
+
+
+@pytest.mark.parametrize(("over_view", "over_relation"), [
+    ("SELECT k, n2 FROM big", "SELECT k, n * 2 AS n2 FROM events WHERE n > 1"),
+    ("SELECT * FROM big WHERE n2 > 10", "SELECT k, n * 2 AS n2, ts FROM events WHERE n > 1 AND n * 2 > 10"),
+    ("SELECT key, twice FROM big_ab", "SELECT k AS key, n * 2 + 1 AS twice FROM events WHERE n > 1"),
+    ("SELECT k, count(*) AS c, sum(n2) AS s FROM big GROUP BY k",
+     "SELECT k, count(*) AS c, sum(n * 2) AS s FROM events WHERE n > 1 GROUP BY k"),
+    ("SELECT key, max(twice) AS top FROM big_ab GROUP BY key",
+     "SELECT k AS key, max(n * 2 + 1) AS top FROM events WHERE n > 1 GROUP BY k"),
+    ("SELECT window_start, count(*) AS c FROM TUMBLE(big, ts, INTERVAL '1' MINUTE) GROUP BY window_start",
+     "SELECT window_start, count(*) AS c FROM TUMBLE(events, ts, INTERVAL '1' MINUTE) GROUP BY window_start"),
+])
+def test_a_materialized_view_over_filtering_views_plans_like_one_over_the_relation(over_view: str,
+                                                                                 over_relation: str) -> None:
+    strategy, inputs = mv_strategy(over_view)
+    assert (strategy, inputs) == mv_strategy(over_relation)
+    assert strategy.startswith("incremental") and inputs == (10,)
+
+
+def test_a_stream_can_be_derived_from_a_filtering_view() -> None:
+    assert mv_strategy("SELECT key FROM big_ab WHERE twice < 100", derived="stream")[0] == "incremental (linear)"
+
+
+def test_the_merged_query_reads_the_relation_with_the_views_filters() -> None:
+    q = plan_query(parse_one("SELECT twice * 3 AS t FROM big_ab AS x WHERE x.key = 'a' ORDER BY t"), events_ctx())
+    merged = parse_one(q.resolved_sql)
+    assert not list(merged.find_all(exp.Subquery))
+    # The view's expression keeps its own precedence inside the reader's: (n * 2 + 1) * 3.
+    assert q.resolved_sql == ('SELECT (("x".n * 2) + 1) * 3 AS t FROM r10 AS "x" WHERE ("x".n > 1 AND '
+                              """"x".k IN ('a', 'b')) AND "x".k = 'a' ORDER BY t""")
+    assert [(c.name, c.type) for c in q.columns] == [("t", T.INTEGER)]
+    assert q.views == (12, 11)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT k, s FROM totals WHERE s > 3",  # an aggregate
+    "SELECT k FROM distinct_keys",  # DISTINCT
+    "SELECT r FROM noisy WHERE r < 0.5",  # random(): merging would draw it twice
+    "SELECT b.k FROM big b JOIN events e ON e.k = b.k",  # the reader joins
+])
+def test_views_that_cannot_merge_stay_subqueries(query: str) -> None:
+    q = plan_query(parse_one(query), events_ctx())
+    assert list(parse_one(q.resolved_sql).find_all(exp.Subquery))
+
+
+def test_merging_keeps_the_views_columns_and_nothing_else() -> None:
+    # ROWTIME is the stream's, not the view's: still unknown through the view.
+    with pytest.raises(StreamDBError) as info:
+        plan_query(parse_one("SELECT rowtime FROM big"), events_ctx())
+    assert info.value.sqlstate == "42703"
+    with pytest.raises(StreamDBError) as info:
+        plan_query(parse_one("SELECT n FROM big"), events_ctx())
+    assert info.value.sqlstate == "42703"
+
+
+def test_star_in_a_view_is_frozen_at_creation() -> None:
+    sql = "CREATE VIEW snapshot_cols (key) AS SELECT *, n + 1 AS next FROM events WHERE n > 0"
+    p = create_plain_view.plan(parse_one(sql), events_ctx(), sql)
+    expanded = "SELECT k, n, ts, n + 1 AS next FROM events WHERE n > 0"
+    assert p.relation.create_sql == f"CREATE VIEW snapshot_cols (key) AS {expanded}"
+    assert dict(p.relation.extra)["query_sql"] == expanded
+    assert [c.name for c in p.relation.columns] == ["key", "n", "ts", "next"]
+    # The stream widens (a schemaless stream sees a new key): the view does not.
+    wider = replace(EVENTS, columns=(*EVENTS.columns, ColumnDef("extra", T.TEXT)))
+    view = replace(p.relation, id=20)
+    q = plan_query(parse_one("SELECT * FROM snapshot_cols"), events_ctx(wider, view))
+    assert [c.name for c in q.columns] == ["key", "n", "ts", "next"]
+    # Qualified stars and joins expand per relation; a query without `*` is kept as written.
+    sql = "CREATE VIEW j AS SELECT e.*, b.n2 FROM events AS e JOIN big AS b ON b.k = e.k"
+    assert create_plain_view.plan(parse_one(sql), events_ctx(), sql).relation.create_sql == \
+        "CREATE VIEW j AS SELECT e.k, e.n, e.ts, b.n2 FROM events AS e JOIN big AS b ON b.k = e.k"
+    sql = "CREATE VIEW kept AS SELECT k FROM  events"
+    assert create_plain_view.plan(parse_one(sql), events_ctx(), sql).relation.create_sql == sql

@@ -22,7 +22,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.plans import QueryPlan, RelationInput
-from streamdb.planner.typing import describe_query
+from streamdb.planner.typing import describe_query, keep_declared_types
 from streamdb.planner.windows import expand_window_functions
 from streamdb.runtime import system_catalog
 from streamdb.runtime.api import Column
@@ -175,6 +175,8 @@ def _inline_views(ast: exp.Expression, ctx: PlanContext, mode: str, expanding: t
         alias_node = table.args.get("alias")
         alias = normalize(alias_node.this) if alias_node is not None and alias_node.this else name
         names = [normalize(c) for c in (alias_node.args.get("columns") or [])] if alias_node is not None else []
+        if _merge_view(table, body, alias, [*names, *(c.name for c in rel.columns[len(names):])]):
+            continue
         if names or dict(rel.extra).get(RENAMED_COLUMNS):
             # Spark wants every column named in a column alias list.
             names += [c.name for c in rel.columns[len(names):]]
@@ -186,6 +188,119 @@ def _inline_views(ast: exp.Expression, ctx: PlanContext, mode: str, expanding: t
                 sub.set(key, table.args[key])
         table.replace(sub)
     return inlined
+
+
+# View merging (docs/views.md, "Plain views"): what a view's query may hold to be merged into
+# the query that reads it. Anything else (aggregates, DISTINCT, LIMIT, joins, ...) keeps it a subquery.
+_MERGEABLE_VIEW_ARGS = {"expressions", "from_", "where"}
+# Evaluated once per row in the view; duplicated by merging (a column read twice), they would not be.
+_NOT_DUPLICABLE = (exp.AggFunc, exp.Window, exp.Subquery, exp.Select, exp.Rand, exp.Randn, exp.Uuid,
+                   exp.Unnest, exp.Explode, exp.Posexplode, exp.GenerateSeries, exp.ExplodingGenerateSeries, exp.UDTF)
+_NOT_DUPLICABLE_CALLS = {"random", "gen_random_uuid", "uuid_generate_v4", "nextval", "clock_timestamp",
+                         "generate_series", "unnest", "explode", "setseed"}
+
+
+def is_star(node: exp.Expression) -> bool:
+    """`*` or `t.*` in a select list."""
+    return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
+
+
+def _mergeable_body(body: exp.Expression, names: list[str]) -> exp.Table | None:
+    """The one stored relation a view's query filters and projects, when it only does that."""
+    if not isinstance(body, exp.Select) or any(v for k, v in body.args.items() if k not in _MERGEABLE_VIEW_ARGS):
+        return None
+    frm = body.args.get("from_")
+    source = frm.this if frm is not None else None
+    if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier) \
+            or any(source.args.get(k) for k in ("joins", "laterals", "pivots", "catalog")) \
+            or (source.args.get("alias") is not None and source.args["alias"].args.get("columns")):
+        return None
+    if len(body.expressions) != len(names) or any(is_star(p) for p in body.expressions):
+        return None
+    for node in body.walk():
+        if node is not body and isinstance(node, _NOT_DUPLICABLE):
+            return None
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() in _NOT_DUPLICABLE_CALLS:
+            return None
+    own = normalize(source.args["alias"].this) if source.args.get("alias") is not None else source.name
+    for col in body.find_all(exp.Column):
+        if col.args.get("db") or (col.args.get("table") and normalize(col.args["table"]) != own):
+            return None
+    return source
+
+
+def _merge_view(table: exp.Table, body: exp.Expression, alias: str, names: list[str]) -> bool:
+    """Merge a view that only filters and projects one relation into the SELECT that reads it
+    (when that SELECT reads nothing else): `SELECT x FROM v WHERE c` over `v = SELECT e AS x FROM r
+    WHERE d` becomes `SELECT e AS x FROM r AS v WHERE d AND c`. The merged query is the one
+    written against the relation, so materialized views and push queries over such views get
+    the same incremental strategies. Returns False, changing nothing, where unsafe."""
+    source = _mergeable_body(body, names)
+    frm = table.parent
+    outer = frm.parent if isinstance(frm, exp.From) else None
+    if source is None or not isinstance(outer, exp.Select) or outer.args.get("from_") is not frm \
+            or any(outer.args.get(k) for k in ("joins", "laterals")) \
+            or any(table.args.get(k) for k in ("joins", "laterals", "pivots")) \
+            or any(n is not outer for n in outer.find_all(exp.Select, exp.Subquery)):
+        return False
+    own = source.args["alias"].this if source.args.get("alias") is not None else source.this
+    qualifier = exp.to_identifier(alias, quoted=True)
+    by_name = {n: (p.unalias() if isinstance(p, exp.Alias) else p) for n, p in zip(names, body.expressions,
+                                                                                   strict=True)}
+    outputs = {normalize(p.args["alias"]) for p in outer.expressions
+               if isinstance(p, exp.Alias) and isinstance(p.args.get("alias"), exp.Identifier)}
+    replacements: list[tuple[exp.Column, exp.Expr]] = []
+    for col in outer.find_all(exp.Column):
+        if is_star(col):
+            if col.parent is not outer or col.args.get("table") is None or normalize(col.args["table"]) != alias:
+                return False
+            continue
+        if not isinstance(col.this, exp.Identifier) or col.args.get("db"):
+            return False
+        name = normalize(col.this)
+        if col.args.get("table") is not None:
+            if normalize(col.args["table"]) != alias:
+                continue  # an enclosing query's column (a correlated subquery)
+            if name not in by_name:
+                return False
+        elif name in outputs and ((isinstance(col.parent, exp.Ordered) and col.parent.parent is outer.args.get("order"))
+                                  or name not in by_name):
+            continue  # an output column's name (ORDER BY prefers those, as in Postgres)
+        elif name not in by_name:
+            return False
+        replacements.append((col, by_name[name]))
+    if any(isinstance(p, exp.Star) and (p.args.get("except") or p.args.get("replace")) for p in outer.expressions):
+        return False
+
+    # Checked: now the view's expressions read the relation under the reference's alias.
+    for col in body.find_all(exp.Column):
+        if col.args.get("table") is None or normalize(col.args["table"]) == normalize(own):
+            col.set("table", qualifier.copy())
+
+    def named(name: str) -> exp.Expr:
+        return exp.alias_(by_name[name].copy(), exp.to_identifier(name, quoted=True))
+
+    projections: list[exp.Expr] = []
+    for p in outer.expressions:
+        if is_star(p):
+            projections += [named(n) for n in names]
+        elif isinstance(p, exp.Column) and any(c is p for c, _ in replacements):
+            projections.append(named(normalize(p.this)))
+        else:
+            projections.append(p)
+    for col, expr in replacements:
+        if col.parent is not outer:
+            atomic = isinstance(expr, (exp.Column, exp.Literal, exp.Func, exp.Paren, exp.Boolean, exp.Null))
+            col.replace(expr.copy() if atomic else exp.Paren(this=expr.copy()))
+    outer.set("expressions", projections)
+    source.set("alias", exp.TableAlias(this=qualifier.copy()))
+    table.replace(source)
+    view_where = body.args.get("where")
+    if view_where is not None:
+        outer_where = outer.args.get("where")
+        condition = view_where.this if outer_where is None else exp.and_(view_where.this, outer_where.this)
+        outer.set("where", exp.Where(this=condition))
+    return True
 
 
 def _resolve_tables(ast: exp.Expression, resolver: _Resolver) -> dict[str, list[str]]:
@@ -299,7 +414,8 @@ def infer_parameter_types(ast: exp.Expression, declared: list[T.SqlType | None],
         elif isinstance(parent, exp.Between):
             guess = column_type(parent.this) if isinstance(parent.this, exp.Column) else None
         out[i] = guess
-    return [t if t is not None else T.TEXT for t in out]
+    # A parameter is plain varchar even next to a varchar(n) column: the length is the column's.
+    return [T.VARCHAR if t == T.VARCHAR else t if t is not None else T.TEXT for t in out]
 
 
 def _literal_type(node: exp.Expression) -> T.SqlType | None:
@@ -362,9 +478,12 @@ def postgres_column_name(node: exp.Expression) -> str:
                 "text": "text", "boolean": "bool", "double": "float8", "float": "float8",
                 "real": "float4", "varchar": "varchar", "timestamp": "timestamp",
                 "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
-                "decimal": "numeric"}.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
+                "decimal": "numeric", "json": "json", "jsonb": "jsonb",
+                }.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
     if isinstance(node, exp.Window):
         return postgres_column_name(node.this)
+    if isinstance(node, (exp.JSONExtract, exp.JSONExtractScalar)):
+        return "?column?"  # an operator (->, ->>), not a function
     if isinstance(node, exp.Count):
         return "count"
     if isinstance(node, exp.Anonymous):
@@ -415,7 +534,9 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     if top is not None and len(top.expressions) == len(names):
         names = [postgres_column_name(e) if not isinstance(e, exp.Column) or isinstance(e.this, exp.Identifier)
                  else n for e, n in zip(top.expressions, names, strict=True)]
-    columns = tuple(Column(n, c.type) for n, c in zip(names, described_cols, strict=True))
+    described_cols = keep_declared_types(query, inputs, described_cols)
+    columns = tuple(Column(n, c.type, type_modifier=c.type_modifier)
+                    for n, c in zip(names, described_cols, strict=True))
     # The stored SQL keeps $n placeholders; the runtime binds values before running it.
     duck_sql = pg_functions.rewrite_for_duckdb(query.copy(), ctx).sql(dialect="duckdb")
     spark_sql = spark_sql_for(query, inputs)
