@@ -44,7 +44,7 @@ class ColumnDef:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "type": self.type.name, "nullable": self.nullable,
+            "name": self.name, "type": self.type.spelled(), "nullable": self.nullable,
             "role": self.role, "header_key": self.header_key, "default_sql": self.default_sql,
         }
 

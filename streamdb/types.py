@@ -9,7 +9,7 @@ The wire layer owns the text and binary encodings of these values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -23,12 +23,28 @@ class SqlType:
     typlen: int  # as in pg_type.typlen: fixed size in bytes, -1 for varlena
     array_oid: int
     category: str  # pg_type.typcategory: B boolean, N numeric, S string, D datetime, T timespan, U user, ...
+    # pg_attribute.atttypmod: varchar(n) is n + 4, -1 for none. Not part of equality, so
+    # varchar(20) is still VARCHAR wherever code asks `t in (T.TEXT, T.VARCHAR)`.
+    typmod: int = field(default=-1, compare=False)
 
     def arrow(self) -> pa.DataType:
         return _ARROW[self.name]
 
+    @property
+    def max_length(self) -> int | None:
+        """n of varchar(n); None when unbounded."""
+        return self.typmod - 4 if self.oid == VARCHAR_OID and self.typmod >= 4 else None
+
+    def spelled(self) -> str:
+        """The name with its modifier, as format_type() prints it: character varying(20)."""
+        n = self.max_length
+        return self.name if n is None else f"{self.name}({n})"
+
     def __str__(self) -> str:
         return self.name
+
+
+VARCHAR_OID = 1043
 
 
 BOOLEAN = SqlType("boolean", 16, 1, 1000, "B")
@@ -41,7 +57,7 @@ OID = SqlType("oid", 26, 4, 1028, "N")
 JSON = SqlType("json", 114, -1, 199, "U")
 REAL = SqlType("real", 700, 4, 1021, "N")
 DOUBLE = SqlType("double precision", 701, 8, 1022, "N")
-VARCHAR = SqlType("character varying", 1043, -1, 1015, "S")
+VARCHAR = SqlType("character varying", VARCHAR_OID, -1, 1015, "S")
 DATE = SqlType("date", 1082, 4, 1182, "D")
 TIME = SqlType("time without time zone", 1083, 8, 1183, "D")
 TIMESTAMP = SqlType("timestamp without time zone", 1114, 8, 1115, "D")
@@ -75,13 +91,13 @@ class ArraySqlType(SqlType):
 
 
 ARRAY_TYPES: dict[str, ArraySqlType] = {
-    t.name: ArraySqlType(f"{t.name}[]", t.array_oid, -1, 0, "A", t) for t in ALL_TYPES
+    t.name: ArraySqlType(f"{t.name}[]", t.array_oid, -1, 0, "A", element=t) for t in ALL_TYPES
 }
 
 
 def array_of(element: SqlType) -> ArraySqlType:
     return ARRAY_TYPES.get(element.name) or ArraySqlType(f"{element.name}[]", element.array_oid, -1, 0, "A",
-                                                         element)
+                                                         element=element)
 
 _ARROW: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -130,13 +146,24 @@ _ALIASES: dict[str, SqlType] = {
 }
 
 
+def varchar(length: int | None) -> SqlType:
+    """character varying(length); plain VARCHAR when length is None."""
+    return VARCHAR if length is None else replace(VARCHAR, typmod=length + 4)
+
+
 def type_from_name(name: str) -> SqlType | None:
-    """Canonical type for a spelling such as 'int4', 'VARCHAR(20)' or 'timestamp with time zone'."""
+    """Canonical type for a spelling such as 'int4', 'VARCHAR(20)' or 'timestamp with time zone'.
+    varchar(n) keeps n (as its typmod); other modifiers are ignored."""
     base = name.strip().lower()
+    modifier = ""
     if "(" in base:
+        modifier = base[base.index("(") + 1:].split(")")[0].strip()
         base = base[: base.index("(")].strip()
     base = " ".join(base.split())
-    return _ALIASES.get(base)
+    t = _ALIASES.get(base)
+    if t is VARCHAR and modifier.isdigit() and int(modifier) > 0:
+        return varchar(int(modifier))
+    return t
 
 
 def is_numeric(t: SqlType) -> bool:

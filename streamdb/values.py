@@ -11,6 +11,7 @@ extra_float_digits 1 (shortest exact floats), bytea_output 'hex', TimeZone 'UTC'
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import re
@@ -341,6 +342,25 @@ def _format_json(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, default=str)
 
 
+def _format_jsonb(value: Any) -> str:
+    """jsonb's output form. Stored values already have it; values the query engines compute
+    (`->`, casts) come minified and in source key order, so text is normalized here."""
+    if isinstance(value, str):
+        # Short values repeat (keys, tags): cached. Long ones would make the cache hold megabytes.
+        return _cached_jsonb_output(value) if len(value) <= 256 else _jsonb_output(value)
+    return _format_json(value)
+
+
+def _jsonb_output(text: str) -> str:
+    try:
+        return normalize_jsonb(text)
+    except InvalidTextRepresentation:
+        return text  # not JSON after all: sent as it is rather than failing the whole result
+
+
+_cached_jsonb_output = functools.lru_cache(maxsize=4096)(_jsonb_output)
+
+
 _FORMATTERS: dict[int, Any] = {
     T.BOOLEAN.oid: _format_bool,
     T.SMALLINT.oid: _format_int,
@@ -363,7 +383,7 @@ _FORMATTERS: dict[int, Any] = {
     T.INTERVAL.oid: _format_interval,
     T.UUID.oid: _format_uuid,
     T.JSON.oid: _format_json,
-    T.JSONB.oid: _format_json,
+    T.JSONB.oid: _format_jsonb,
 }
 
 

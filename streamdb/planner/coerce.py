@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from streamdb import types as T
 from streamdb import values
-from streamdb.errors import DatatypeMismatch, NumericValueOutOfRange
+from streamdb.errors import DatatypeMismatch, NumericValueOutOfRange, StringDataRightTruncation
 
 _INT_RANGE = {
     "smallint": (-(2**15), 2**15 - 1),
@@ -97,6 +97,17 @@ def _type_name_of(v: Any) -> str:
 
 def coerce(value: Any, target: T.SqlType, column: str) -> Any:
     """Convert a value for assignment to a column of type `target`."""
+    converted = _convert(value, target, column)
+    limit = target.max_length
+    if limit is not None and isinstance(converted, str) and len(converted) > limit:
+        # Postgres assignment: trailing spaces past the limit are cut, anything else is refused.
+        if converted[limit:].strip(" "):
+            raise StringDataRightTruncation(f"value too long for type character varying({limit})")
+        converted = converted[:limit]
+    return converted
+
+
+def _convert(value: Any, target: T.SqlType, column: str) -> Any:
     if isinstance(value, TypedValue):
         value = value.value
     if value is None:

@@ -628,7 +628,7 @@ def _attribute_row(relid: int, num: int, name: str, t: SqlType, notnull: bool,
     return {
         "attrelid": relid, "attname": name, "atttypid": t.oid, "attstattarget": -1,
         "attlen": _attr_len(t), "attnum": num, "attndims": 1 if t.category == "A" else 0,
-        "attcacheoff": -1, "atttypmod": -1, "attbyval": t.name in _BYVAL,
+        "attcacheoff": -1, "atttypmod": t.typmod, "attbyval": t.name in _BYVAL,
         "attalign": "d" if _attr_len(t) == 8 or _attr_len(t) < 0 else "i",
         "attstorage": "p" if t.typlen > 0 and t.category != "A" else "x", "attcompression": "",
         "attnotnull": notnull, "atthasdef": hasdef, "attidentity": "", "attgenerated": "",
@@ -948,8 +948,10 @@ def _column_info(s: SessionInfo, schema: str, table: str, pos: int, name: str, t
         "column_name": name, "ordinal_position": pos, "column_default": default,
         "is_nullable": "YES" if nullable else "NO",
         "data_type": "ARRAY" if elem is not None else t.name,
-        "character_maximum_length": None,
-        "character_octet_length": 1073741824 if t.name in _COLLATABLE else None,
+        "character_maximum_length": t.max_length,
+        # As Postgres: the longest the value can be in bytes (4 per character in UTF-8).
+        "character_octet_length": (4 * t.max_length if t.max_length is not None else 1073741824)
+        if t.name in _COLLATABLE else None,
         "numeric_precision": prec[0] if prec else None,
         "numeric_precision_radix": prec[1] if prec else None,
         "numeric_scale": prec[2] if prec else None,

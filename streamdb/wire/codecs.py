@@ -148,7 +148,8 @@ def _json_dec(data: bytes) -> str:
 
 
 def _jsonb_enc(value: Any) -> bytes:
-    return b"\x01" + _json_enc(value)
+    # Version 1 of jsonb's binary form: the version byte, then the text.
+    return b"\x01" + values.format_text(value, T.JSONB).encode("utf-8")
 
 
 def _jsonb_dec(data: bytes) -> str:

@@ -108,7 +108,8 @@ def fast_copy_table(plan: CopyFromPlan, rel: RelationDef, data: bytes) -> pa.Tab
     if (plan.format not in ("text", "csv") or rel.kind != "stream" or rel.schemaless
             or rel.key_columns or delay_of(rel) is not None or rel.timestamp_column is not None
             or list(plan.target_columns) != [c.name for c in rel.columns]
-            or any(c.type not in _FAST_TYPES or not c.nullable for c in rel.columns)
+            or any(c.type not in _FAST_TYPES or c.type.max_length is not None or not c.nullable
+                   for c in rel.columns)
             or len(plan.delimiter) != 1 or b"\r" in data):
         return None
     csv_format = plan.format == "csv"
