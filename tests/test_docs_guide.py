@@ -54,7 +54,7 @@ class Page:
 
     @property
     def rel(self) -> str:
-        return str(self.path.relative_to(ROOT))
+        return str(self.path.relative_to(ROOT)) if self.path.is_relative_to(ROOT) else str(self.path)
 
     def where(self, block: Block) -> str:
         return f"{self.rel}:{block.line}"
@@ -328,7 +328,7 @@ class GuideServer:
             with self.server.connect() as conn:
                 for (name, *_rest) in conn.execute("SHOW SINKS").fetchall():
                     conn.execute(f'DROP SINK IF EXISTS "{name}"')
-                kinds = {"stream": "STREAM", "table": "TABLE", "materialized view": "MATERIALIZED VIEW"}
+                kinds = {"stream": "STREAM", "table": "TABLE", "materialized view": "MATERIALIZED VIEW", "view": "VIEW"}
                 for _ in range(3):  # dependents first; CASCADE takes the rest
                     for name, kind in conn.execute("SHOW ALL").fetchall():
                         conn.execute(f'DROP {kinds.get(kind, "TABLE")} IF EXISTS "{name}" CASCADE')
@@ -377,13 +377,52 @@ def test_guide_page_examples_run(path: Path, guide_server: GuideServer) -> None:
     server = guide_server.for_page(fresh=FRESH_SERVER_MARK in text)
     failure = None
     try:
-        run_page(Context(server, dict(guide_server.substitutions), guide_server.work), page)
+        ctx = Context(server, dict(guide_server.substitutions), guide_server.work)
+        run_page(ctx, page)
+        hook = PAGE_HOOKS.get(path.relative_to(GUIDE).as_posix())
+        if hook is not None:
+            hook(ctx, page)
     except AssertionError as e:
         failure = str(e)
     if failure is not None:
         log = server.log_path
         guide_server.stop()  # whatever the page left behind, the next page starts clean
         pytest.fail(f"{failure}\n(server log: {log})", pytrace=False)
+
+
+# --- per-page hooks: checks a page needs beyond the convention, run after its blocks ---------------------
+
+SHOWN_PSQL = re.compile(r'^psql "(?P<dsn>[^"]+)" -c "(?P<query>[^"]+)"$')
+
+
+def check_postgres_results(ctx: Context, page: Page) -> None:
+    """connectors.md (helper F2) shows what its Postgres sink wrote as a ```sh block `psql "<dsn>" -c
+    "<query>"` followed by a ```text block. Run the query on the test's PostgreSQL and compare,
+    retrying: the sink delivers in the background."""
+    tokens = [t for t in MarkdownIt("commonmark").parse(page.path.read_text()) if t.type == "fence"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    checked = 0
+    for shown, result in zip(tokens, tokens[1:], strict=False):
+        command = SHOWN_PSQL.match(shown.content.strip()) if shown.info.strip() == "sh" else None
+        if command is None or result.info.strip() != "text":
+            continue
+        where = f"{page.rel}:{shown.map[0] + 1 if shown.map else 0}"
+        args = ["psql", "-X", ctx.substitutions["{{POSTGRES_DSN}}"], "-c", command["query"]]
+        expected = normalize(result.content)
+        deadline = time.monotonic() + RETRY_SECONDS
+        while True:
+            out = subprocess.run(args, capture_output=True, text=True, timeout=PSQL_TIMEOUT, env=env)
+            if out.returncode == 0 and normalize(out.stdout) == expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert out.returncode == 0, f"{where}: the query on PostgreSQL failed:\n{out.stderr}"
+        assert normalize(out.stdout) == expected, (f"{where}: PostgreSQL holds other rows than the ```text block "
+                                                   f"shows:\n{diff(expected, normalize(out.stdout))}")
+        checked += 1
+    assert checked, f"{page.rel}: no ```sh psql \"<dsn>\" -c \"<query>\" block followed by a ```text block to check"
+
+
+PAGE_HOOKS = {"connectors.md": check_postgres_results}
 
 
 # --- the guide hangs together ----------------------------------------------------------------------------
@@ -407,6 +446,25 @@ def test_guide_index_links_every_page_and_links_resolve() -> None:
             if not (page.parent / target.split("#")[0]).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, "broken relative links:\n" + "\n".join(broken)
+
+
+def test_guide_convention_parser(tmp_path: Path) -> None:
+    """The parser pairs output blocks with the sql block right before them, and refuses strays."""
+    page = tmp_path / "page.md"
+    page.write_text("# t\n\n```sql\nSELECT 1;\n```\n\n\n```output\n x\n```\n\ntext\n\n```sql error\nSELECT nope;\n```\n"
+                    "\n```sql push\nSELECT * FROM s EMIT CHANGES\n```\n\n```sql norun\nSELECT 2;\n```\n\n```sh\nls\n```\n")
+    parsed = parse_page(page)
+    assert [(b.line, b.flag, b.output, b.output_line) for b in parsed.blocks] == [
+        (3, "", " x\n", 8), (14, "error", None, None), (18, "push", None, None), (22, "norun", None, None)]
+    page.write_text("```sql\nSELECT 1;\n```\n\nsome words\n\n```output\n x\n```\n")
+    with pytest.raises(AssertionError, match="must directly follow"):
+        parse_page(page)
+    page.write_text("```sql bogus\nSELECT 1;\n```\n")
+    with pytest.raises(AssertionError, match="unknown sql block flag"):
+        parse_page(page)
+    assert _line_matches(["insert", WILDCARD, "s2", "31.5"], _copy_fields("insert\t2026-01-01 10:00:00+00\ts2\t31.5"))
+    assert not _line_matches(["insert", WILDCARD, "s2"], _copy_fields("insert\tx\ts2\t31.5"))
+    assert strip_psql_prefix("psql:/tmp/b.sql:3: ERROR:  boom\n") == "ERROR:  boom\n"
 
 
 # --- writing pages: fill the output blocks from the product -----------------------------------------------
@@ -438,7 +496,7 @@ def fill_page(path: Path) -> None:
                     out = psql(ctx, sql, quiet=True)
                     print(f"{page.where(block)}: rc={out.returncode}\n{out.stderr}")
                     if block.output_line is not None:
-                        filled[block.output_line] = normalize(strip_psql_prefix(out.stderr)).splitlines()[0] + "\n"
+                        filled[block.output_line] = (normalize(strip_psql_prefix(out.stderr)).splitlines() or [""])[0] + "\n"
                 elif block.output_line is not None:
                     psql(ctx, "FLUSH;", quiet=True)
                     out = psql(ctx, sql, quiet=True)
