@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -199,7 +200,10 @@ _pgserver = _load_pgserver()
 PostgresSetupError = _pgserver.PostgresSetupError
 
 
-class PostgresServer(_pgserver.PostgresServer):
+_PostgresServerBase: Any = _pgserver.PostgresServer  # Any: mypy cannot see a module loaded by path
+
+
+class PostgresServer(_PostgresServerBase):
     """A throwaway PostgreSQL cluster (bench/pgserver.py) whose logs go to test-artifacts/."""
 
     def __init__(self) -> None:

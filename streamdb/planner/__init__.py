@@ -69,9 +69,13 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         return drop.plan_object(node, "connector")
     if isinstance(node, exp.Create):
         kind = str(node.args.get("kind") or "").upper()
+        props = node.args.get("properties")
+        if props is not None and any(isinstance(p, exp.TemporaryProperty) for p in props.expressions):
+            # Not ignored: a TEMP relation here would outlive the session and be visible to all.
+            raise FeatureNotSupported(f"temporary {kind.lower() or 'relation'}s are not supported",
+                                      hint=f"Create an ordinary {kind.lower()} and drop it when you are done.")
         if kind == "TABLE":
             return create_table.plan(node, ctx, sql)
-        props = node.args.get("properties")
         materialized = props is not None and any(
             isinstance(p, exp.MaterializedProperty) for p in props.expressions)
         if kind == "VIEW" and materialized:

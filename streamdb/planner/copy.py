@@ -40,8 +40,26 @@ def _options(stmt: CopyStatement) -> dict:
     }
 
 
+def _refuse_server_side(stmt: CopyStatement, direction: str) -> None:
+    """COPY with a file name or PROGRAM: Postgres runs these in the server for superusers only;
+    StreamDB has no server-side file COPY at all, so it says so before any data is exchanged
+    (otherwise psql would send the rest of its script as COPY data)."""
+    if stmt.args.get("target") is None:
+        return
+    if stmt.args.get("program"):
+        what = f"COPY {direction} PROGRAM"
+    else:
+        what = f"COPY {direction} a file"
+    stdio = "STDIN" if direction == "FROM" else "STDOUT"
+    raise FeatureNotSupported(
+        f"{what} is not supported",
+        hint=f"Use COPY ... {direction} {stdio}; psql's \\copy command reads and writes files on the client.",
+    )
+
+
 def plan(stmt: CopyStatement, ctx: PlanContext) -> CopyFromPlan | CopyToPlan:
     direction = str(stmt.args.get("direction", "")).upper()
+    _refuse_server_side(stmt, direction)
     target = stmt.this
     opts = _options(stmt)
     if len(opts["delimiter"]) != 1:

@@ -56,10 +56,12 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateRelationPlan:
     values = {}
     if props is not None:
         for p in props.expressions:
+            # UnloggedProperty is an exp.Property subclass, so test it first. Every table is
+            # logged: more durable than asked for is harmless. TEMP is refused by the dispatcher.
+            if isinstance(p, exp.UnloggedProperty):
+                continue
             if isinstance(p, exp.Property):
                 values.update(property_values([p]))
-            elif isinstance(p, (exp.TemporaryProperty, exp.UnloggedProperty)):
-                continue
     opts: TableOptions = validate_options(TableOptions, values, "table")
     rel = RelationDef(
         id=0, name=name, kind="table", columns=columns, primary_key=tuple(pk),

@@ -4,13 +4,32 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from streamdb.errors import FeatureNotSupported, StreamDBError, UndefinedColumn
+from streamdb.catalog import RelationDef
+from streamdb.errors import (
+    FeatureNotSupported,
+    ObjectNotInPrerequisiteState,
+    StreamDBError,
+    UndefinedColumn,
+    WrongObjectType,
+)
 from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import NotALiteral, coerce, literal_value
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import lookup_relation, normalize, position_of
 from streamdb.planner.plans import InsertPlan
 from streamdb.planner.privileges import require
+
+
+def refuse_write_to_view(rel: RelationDef, verb: str) -> None:
+    """Postgres' errors for writing into a view (`verb`: insert into, update, delete from): a plain
+    view is never automatically updatable here (55000), a materialized one cannot change (42809)."""
+    if rel.kind == "view":
+        raise ObjectNotInPrerequisiteState(
+            f'cannot {verb} view "{rel.name}"',
+            detail="Views are not automatically updatable in StreamDB.",
+            hint=f"{verb.split()[0].capitalize()} through the relations the view reads from.")
+    if rel.kind == "materialized_view":
+        raise WrongObjectType(f'cannot change materialized view "{rel.name}"')
 
 
 def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
@@ -21,6 +40,7 @@ def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
         target = target.this
     rel = lookup_relation(ctx, target)
     require(ctx, rel, "INSERT", target)
+    refuse_write_to_view(rel, "insert into")
     if rel.kind not in ("stream", "table"):
         raise StreamDBError(f'cannot insert into {rel.kind.replace("_", " ")} "{rel.name}"', sqlstate="42809")
     if stmt.args.get("returning"):

@@ -7,6 +7,7 @@ from sqlglot import exp
 from streamdb.errors import FeatureNotSupported, StreamDBError, UndefinedColumn
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
+from streamdb.planner.insert import refuse_write_to_view
 from streamdb.planner.names import lookup_relation, normalize, position_of
 from streamdb.planner.plans import UpdatePlan
 from streamdb.planner.privileges import require
@@ -20,6 +21,7 @@ def _target(stmt: exp.Expression, ctx: PlanContext, verb: str):
     if rel.kind == "stream":
         raise StreamDBError(f'cannot {verb} stream "{rel.name}": streams are append-only', sqlstate="42809",
                             hint="Use a table (CREATE TABLE ... PRIMARY KEY) for rows that change.")
+    refuse_write_to_view(rel, verb)
     if rel.kind != "table":
         raise StreamDBError(f'cannot {verb} {rel.kind.replace("_", " ")} "{rel.name}"', sqlstate="42809")
     if dict(rel.extra).get("append_only"):

@@ -122,8 +122,9 @@ def run(sql: str, tables: dict[str, pa.Table], params: list[object] | None = Non
                 handle.detach()
 
 
-_COLUMN_NOT_FOUND = re.compile(r'Referenced column "([^"]+)" not found')
-_TABLE_COLUMN = re.compile(r'Table "([^"]+)" does not have a column named "([^"]+)"')
+_COLUMN_NOT_FOUND = re.compile(r'Referenced column "([^"]+)" (?:was )?not found')  # "was": no FROM
+# "Values list": how the engine names an in-memory (Arrow) input such as a stream or table.
+_TABLE_COLUMN = re.compile(r'(?:Table|Values list) "([^"]+)" does not have a column named "([^"]+)"')
 _FUNC = re.compile(r'Scalar Function with name (\w+) does not exist|Function with name (\w+) does not exist')
 
 

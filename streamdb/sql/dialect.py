@@ -346,7 +346,9 @@ class StreamDB(Postgres):
         def _parse_hint(self) -> exp.Hint | None:
             if self._prev.token_type == TokenType.SELECT and self._at_select_stream():
                 self._advance()
-                return _SelectStreamMark()
+                mark = _SelectStreamMark()
+                mark.meta["start"] = self._prev.start  # STREAM: where a misplaced one is reported
+                return mark
             return super()._parse_hint()
 
         def _at_select_stream(self) -> bool:
@@ -365,10 +367,12 @@ class StreamDB(Postgres):
 
         def _wrap_select_streams(self, stmt: exp.Expr) -> exp.Expr:
             for select in list(stmt.find_all(exp.Select)):
-                if not isinstance(select.args.get("hint"), _SelectStreamMark):
+                mark = select.args.get("hint")
+                if not isinstance(mark, _SelectStreamMark):
                     continue
                 select.set("hint", None)
                 wrapper = ast.SelectStream()
+                wrapper.meta.update(mark.meta)
                 if select is stmt:
                     stmt = wrapper
                 else:

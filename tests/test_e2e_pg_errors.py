@@ -1,0 +1,180 @@
+"""Statements a PostgreSQL user types out of habit, against a real `streamdb serve`: each is
+refused before any data moves, with Postgres' SQLSTATE and wording, and the session goes on.
+See docs/pg-compat.md, "Errors where StreamDB lacks the feature".
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import ServerProcess
+
+COPY_HINT_IN = "Use COPY ... FROM STDIN; psql's \\copy command reads and writes files on the client."
+COPY_HINT_OUT = "Use COPY ... TO STDOUT; psql's \\copy command reads and writes files on the client."
+
+
+def error_of(conn: psycopg.Connection, sql: str, params: list[object] | None = None) -> psycopg.Error:
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(sql, params)
+    assert conn.execute("SELECT 41 + 1").fetchone() == (42,)  # the session is still usable
+    return info.value
+
+
+def diag(e: psycopg.Error) -> tuple[str | None, str | None, int | None]:
+    position = e.diag.statement_position
+    return e.sqlstate, e.diag.message_primary, int(position) if position is not None else None
+
+
+def psql_script(srv: ServerProcess, script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "script.sql"
+    path.write_text(script)
+    return subprocess.run(["psql", "-X", "-h", srv.host, "-p", str(srv.port), "-U", "streamdb", "streamdb",
+                           "-f", str(path)], capture_output=True, text=True, timeout=60)
+
+
+# --- 1. COPY with a server-side file or program ----------------------------------------------------
+
+def test_copy_from_or_to_a_file_or_program_is_refused(conn: psycopg.Connection, unique: str) -> None:
+    t = f"copy_t_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'ann')")
+    cases = [
+        (f"COPY {t} FROM '/etc/hostname'", "COPY FROM a file is not supported", COPY_HINT_IN),
+        (f"COPY {t} (id, name) FROM '/etc/hostname' WITH (FORMAT csv)", "COPY FROM a file is not supported",
+         COPY_HINT_IN),
+        (f"COPY {t} FROM PROGRAM 'cat /etc/passwd'", "COPY FROM PROGRAM is not supported", COPY_HINT_IN),
+        (f"COPY {t} TO '/tmp/streamdb-copy-{unique}.csv'", "COPY TO a file is not supported", COPY_HINT_OUT),
+        (f"COPY (SELECT * FROM {t}) TO '/tmp/streamdb-copy-{unique}.csv'", "COPY TO a file is not supported",
+         COPY_HINT_OUT),
+        (f"COPY {t} TO PROGRAM 'cat'", "COPY TO PROGRAM is not supported", COPY_HINT_OUT),
+    ]
+    for sql, message, hint in cases:
+        e = error_of(conn, sql)
+        assert (e.sqlstate, e.diag.message_primary, e.diag.message_hint) == ("0A000", message, hint), sql
+    # Through psycopg's COPY API too: the server answers with the error, not a CopyInResponse.
+    with pytest.raises(psycopg.errors.FeatureNotSupported) as info, conn.cursor() as cur, \
+            cur.copy(f"COPY {t} FROM '/etc/hostname'") as copy:
+        copy.write_row((2, "bob"))
+    assert info.value.diag.message_primary == "COPY FROM a file is not supported"
+    assert not Path(f"/tmp/streamdb-copy-{unique}.csv").exists()
+    # Nothing was read or written; STDIN/STDOUT still work on the same connection.
+    assert conn.execute(f"SELECT id, name FROM {t} ORDER BY id").fetchall() == [(1, "ann")]
+    with conn.cursor() as cur, cur.copy(f"COPY {t} FROM STDIN") as copy:
+        copy.write_row((2, "bob"))
+    assert conn.execute(f"SELECT id, name FROM {t} ORDER BY id").fetchall() == [(1, "ann"), (2, "bob")]
+
+
+def test_psql_script_goes_on_after_copy_from_a_file(server: ServerProcess, conn: psycopg.Connection,
+                                                     unique: str, tmp_path: Path) -> None:
+    """Before the fix psql sent the rest of the script as COPY data; now the COPY fails alone."""
+    t = f"copy_psql_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT)")
+    out = psql_script(server, (
+        f"COPY {t} FROM '/etc/hostname';\n"
+        f"INSERT INTO {t} VALUES (1, 'after');\n"
+        f"COPY {t} FROM PROGRAM 'echo 2,x' WITH (FORMAT csv);\n"
+        f"INSERT INTO {t} VALUES (3, 'later');\n"
+        f"SELECT id, name FROM {t} ORDER BY id;\n"
+    ), tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "ERROR:  COPY FROM a file is not supported" in out.stderr
+    assert "ERROR:  COPY FROM PROGRAM is not supported" in out.stderr
+    assert "HINT:  Use COPY ... FROM STDIN; psql's \\copy command reads and writes files on the client." \
+        in out.stderr
+    assert out.stdout.count("INSERT 0 1") == 2
+    assert conn.execute(f"SELECT id, name FROM {t} ORDER BY id").fetchall() == [(1, "after"), (3, "later")]
+
+
+# --- 2. SELECT STREAM in a subquery ------------------------------------------------------------------
+
+def test_select_stream_in_a_subquery_is_refused_with_a_position(conn: psycopg.Connection, unique: str) -> None:
+    t = f"sub_t_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'ann')")
+    hint = "Use SELECT STREAM as the whole statement, or read the subquery's relations as tables."
+    for sql in (f"SELECT id FROM (SELECT STREAM * FROM {t}) sub",
+                f"WITH c AS (SELECT STREAM id FROM {t}) SELECT * FROM c",
+                f"SELECT count(*) FROM {t} WHERE id IN (SELECT STREAM id FROM {t})",
+                f"SELECT * FROM (SELECT STREAM * FROM {t}) sub EMIT CHANGES"):
+        e = error_of(conn, sql)
+        assert diag(e) == ("0A000", "SELECT STREAM is not supported in a subquery", sql.index("STREAM") + 1), sql
+        assert e.diag.message_hint == hint
+    # Extended protocol (Parse/Describe) too.
+    sql = f"SELECT id FROM (SELECT STREAM * FROM {t}) sub WHERE id = %s"
+    assert diag(error_of(conn, sql, [1]))[:2] == ("0A000", "SELECT STREAM is not supported in a subquery")
+    # A whole-statement SELECT STREAM still reads the change log.
+    assert conn.execute(f"SELECT STREAM id, name FROM {t}").fetchall()[-1][-2:] == (1, "ann")
+
+
+# --- 3. TEMP / TEMPORARY / UNLOGGED ----------------------------------------------------------------
+
+def test_temporary_relations_are_refused_and_unlogged_is_accepted(conn: psycopg.Connection, unique: str) -> None:
+    for sql, what in ((f"CREATE TEMP TABLE tmp_{unique} (a int)", "table"),
+                      (f"CREATE TEMPORARY TABLE tmp_{unique} (a int PRIMARY KEY)", "table"),
+                      (f"CREATE TEMP TABLE tmp_{unique} AS SELECT 1 AS a", "table"),
+                      (f"CREATE TEMP VIEW tmp_{unique} AS SELECT 1 AS a", "view")):
+        e = error_of(conn, sql)
+        assert (e.sqlstate, e.diag.message_primary, e.diag.message_hint) == (
+            "0A000", f"temporary {what}s are not supported",
+            f"Create an ordinary {what} and drop it when you are done."), sql
+    # Nothing was created.
+    assert conn.execute("SELECT count(*) FROM pg_class WHERE relname = %s", [f"tmp_{unique}"]).fetchone() == (0,)
+    # UNLOGGED: accepted, an ordinary (logged) table.
+    t = f"unlogged_{unique}"
+    assert conn.execute(f"CREATE UNLOGGED TABLE {t} (id INT PRIMARY KEY, v TEXT)").statusmessage == "CREATE TABLE"
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'c')")
+    assert conn.execute(f"SELECT id, v FROM {t} ORDER BY id").fetchall() == [(1, "c"), (2, "b")]
+
+
+# --- 4. Unknown columns ------------------------------------------------------------------------------
+
+def test_unknown_column_is_42703_with_its_position(conn: psycopg.Connection, unique: str) -> None:
+    t = f"cols_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT)")
+    cases = [
+        ("SELECT nope", 'column "nope" does not exist', 8),
+        ("SELECT 1, nope + 1", 'column "nope" does not exist', 11),
+        (f"SELECT nope FROM {t}", 'column "nope" does not exist', 8),
+        (f"SELECT id FROM {t} WHERE nope = 1", 'column "nope" does not exist', len(f"SELECT id FROM {t} WHERE ") + 1),
+        (f"SELECT {t}.nope FROM {t}", f"column {t}.nope does not exist", 8),
+        (f"SELECT x.nope FROM {t} x", "column x.nope does not exist", 8),
+    ]
+    for sql, message, position in cases:
+        assert diag(error_of(conn, sql)) == ("42703", message, position), sql
+    # Extended protocol: the error comes from Parse/Describe.
+    assert diag(error_of(conn, "SELECT nope + %s", [1])) == ("42703", 'column "nope" does not exist', 8)
+    # In a multi-statement query the position counts from the start of the whole text.
+    assert diag(error_of(conn, "SELECT 1; SELECT nope")) == ("42703", 'column "nope" does not exist', 18)
+
+
+def test_psql_points_at_the_unknown_column(server: ServerProcess, tmp_path: Path) -> None:
+    out = psql_script(server, "SELECT 1, nope + 1;\nSELECT 2 AS still_here;\n", tmp_path)
+    assert 'ERROR:  column "nope" does not exist\nLINE 1: SELECT 1, nope + 1;\n                  ^' in out.stderr
+    assert "still_here" in out.stdout
+
+
+# --- Writing into views ------------------------------------------------------------------------------
+
+def test_writing_into_a_view_is_refused_as_postgres_does(conn: psycopg.Connection, unique: str) -> None:
+    t, v, mv = f"base_{unique}", f"v_{unique}", f"mv_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'ann')")
+    conn.execute(f"CREATE VIEW {v} AS SELECT id, name FROM {t}")
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS SELECT id, name FROM {t}")
+    for sql, verb, command in ((f"INSERT INTO {v} VALUES (2, 'bob')", "insert into", "Insert"),
+                               (f"UPDATE {v} SET name = 'x'", "update", "Update"),
+                               (f"DELETE FROM {v} WHERE id = 1", "delete from", "Delete")):
+        e = error_of(conn, sql)
+        assert (e.sqlstate, e.diag.message_primary, e.diag.message_detail, e.diag.message_hint) == (
+            "55000", f'cannot {verb} view "{v}"', "Views are not automatically updatable in StreamDB.",
+            f"{command} through the relations the view reads from."), sql
+    for sql in (f"INSERT INTO {mv} VALUES (2, 'bob')", f"UPDATE {mv} SET name = 'x'", f"DELETE FROM {mv}"):
+        assert diag(error_of(conn, sql))[:2] == ("42809", f'cannot change materialized view "{mv}"'), sql
+    conn.execute("FLUSH")
+    assert conn.execute(f"SELECT id, name FROM {v}").fetchall() == [(1, "ann")]
+    assert conn.execute(f"SELECT id, name FROM {mv}").fetchall() == [(1, "ann")]
