@@ -8,6 +8,7 @@ Spark, no disk.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from sqlglot import exp
@@ -22,10 +23,11 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.plans import QueryPlan, RelationInput
-from streamdb.planner.typing import describe_query, keep_declared_types
+from streamdb.planner.typing import describe_query, exact_numeric_avg, keep_declared_types
 from streamdb.planner.windows import expand_window_functions
 from streamdb.runtime import system_catalog
 from streamdb.runtime.api import Column
+from streamdb.sql import ast as S
 
 ROWTIME = "rowtime"
 OP = "op"
@@ -501,9 +503,40 @@ def postgres_column_name(node: exp.Expression) -> str:
 # ---- the plan -------------------------------------------------------------------------
 
 
+def _refuse_nested_select_stream(ast: exp.Expression) -> None:
+    """SELECT STREAM reads every input as its change log for the whole query; the caller has
+    already unwrapped a top-level one, so any left is in a subquery or CTE, where it would mean
+    mixing changes and state in one query."""
+    nested = ast.find(S.SelectStream)
+    if nested is not None:
+        raise FeatureNotSupported(
+            "SELECT STREAM is not supported in a subquery", position=position_of(nested),
+            hint="Use SELECT STREAM as the whole statement, or read the subquery's relations as tables.")
+
+
+_UNDEFINED_COLUMN = re.compile(r'^column (?:"(?P<quoted>[^"]+)"|(?P<qualifier>[^ ."]+)\.(?P<name>[^ "]+)) does not exist$')
+
+
+def _undefined_column_position(ast: exp.Expression, message: str) -> int | None:
+    """Where the engine's undefined column first appears in the statement, as Postgres reports
+    it (a qualified reference from its qualifier); None when it is not in the user's text."""
+    m = _UNDEFINED_COLUMN.match(message)
+    if m is None:
+        return None
+    name = m.group("quoted") or m.group("name")
+    qualifier = m.group("qualifier")
+    for col in ast.find_all(exp.Column):
+        if col.name.lower() != name.lower() or (qualifier and col.table.lower() != qualifier.lower()):
+            continue
+        table = col.args.get("table")
+        return position_of(table if isinstance(table, exp.Identifier) else col)
+    return None
+
+
 def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
                declared_params: list[T.SqlType | None] | None = None) -> QueryPlan:
     mode = "changes" if changes else "state"
+    _refuse_nested_select_stream(ast)
     query = ast.copy()
     expand_window_functions(query, ctx)
     views = tuple(dict.fromkeys(_inline_views(query, ctx, mode)))
@@ -523,12 +556,16 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
         return None
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
-    described = query.copy()
+    duck_query = exact_numeric_avg(query, inputs)  # the engine's own avg() is a double
+    described = duck_query.copy()
     for p in parameter_nodes(described):
         described_type = param_types[int(p.this.this) - 1]
         p.replace(typed_null(described_type))
     duck_ast = pg_functions.rewrite_for_duckdb(described, ctx)
-    described_cols = describe_query(duck_ast.sql(dialect="duckdb"), inputs, ctx)
+    try:
+        described_cols = describe_query(duck_ast.sql(dialect="duckdb"), inputs, ctx)
+    except UndefinedColumn as e:
+        raise e.with_position(_undefined_column_position(ast, e.message)) from None
     names = [c.name for c in described_cols]
     top = query if isinstance(query, exp.Select) else None
     if top is not None and len(top.expressions) == len(names):
@@ -538,7 +575,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     columns = tuple(Column(n, c.type, type_modifier=c.type_modifier)
                     for n, c in zip(names, described_cols, strict=True))
     # The stored SQL keeps $n placeholders; the runtime binds values before running it.
-    duck_sql = pg_functions.rewrite_for_duckdb(query.copy(), ctx).sql(dialect="duckdb")
+    duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect="duckdb")
     spark_sql = spark_sql_for(query, inputs)
     return QueryPlan(duckdb_sql=duck_sql, spark_sql=spark_sql, inputs=inputs, columns=columns,
                      param_types=param_types, resolved_sql=query.sql(dialect="streamdb"),
