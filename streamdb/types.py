@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+from streamdb.errors import InvalidParameterValue
+
 
 @dataclass(frozen=True, slots=True)
 class SqlType:
@@ -23,12 +25,25 @@ class SqlType:
     typlen: int  # as in pg_type.typlen: fixed size in bytes, -1 for varlena
     array_oid: int
     category: str  # pg_type.typcategory: B boolean, N numeric, S string, D datetime, T timespan, U user, ...
-    # pg_attribute.atttypmod: varchar(n) is n + 4, -1 for none. Not part of equality, so
-    # varchar(20) is still VARCHAR wherever code asks `t in (T.TEXT, T.VARCHAR)`.
+    # pg_attribute.atttypmod: varchar(n) is n + 4, numeric(p, s) is (p << 16 | s) + 4, -1 for
+    # none. Not part of equality, so varchar(20) is still VARCHAR wherever code asks
+    # `t in (T.TEXT, T.VARCHAR)` or `t == T.NUMERIC` (but not `t is T.NUMERIC`).
     typmod: int = field(default=-1, compare=False)
 
     def arrow(self) -> pa.DataType:
+        precision_scale = self.precision_scale
+        if precision_scale is not None:
+            # numeric(p, s) is stored at its own scale, so values keep exactly s decimals.
+            precision, scale = precision_scale
+            return pa.decimal128(min(precision, 38), min(scale, 38))
         return _ARROW[self.name]
+
+    @property
+    def precision_scale(self) -> tuple[int, int] | None:
+        """(p, s) of numeric(p, s); None for unconstrained numeric and other types."""
+        if self.oid != NUMERIC_OID or self.typmod < 4:
+            return None
+        return (self.typmod - 4) >> 16, (self.typmod - 4) & 0xFFFF
 
     @property
     def max_length(self) -> int | None:
@@ -38,13 +53,21 @@ class SqlType:
     def spelled(self) -> str:
         """The name with its modifier, as format_type() prints it: character varying(20)."""
         n = self.max_length
-        return self.name if n is None else f"{self.name}({n})"
+        if n is not None:
+            return f"{self.name}({n})"
+        precision_scale = self.precision_scale
+        if precision_scale is not None:
+            return f"{self.name}({precision_scale[0]},{precision_scale[1]})"
+        return self.name
 
     def __str__(self) -> str:
         return self.name
 
 
 VARCHAR_OID = 1043
+NUMERIC_OID = 1700
+# Postgres's limit on numeric(p, s) precision. Stored values hold at most 38 digits (decimal128).
+NUMERIC_MAX_PRECISION = 1000
 
 
 BOOLEAN = SqlType("boolean", 16, 1, 1000, "B")
@@ -63,7 +86,7 @@ TIME = SqlType("time without time zone", 1083, 8, 1183, "D")
 TIMESTAMP = SqlType("timestamp without time zone", 1114, 8, 1115, "D")
 TIMESTAMPTZ = SqlType("timestamp with time zone", 1184, 8, 1185, "D")
 INTERVAL = SqlType("interval", 1186, 16, 1187, "T")
-NUMERIC = SqlType("numeric", 1700, -1, 1231, "N")
+NUMERIC = SqlType("numeric", NUMERIC_OID, -1, 1231, "N")
 UUID = SqlType("uuid", 2950, 16, 2951, "U")
 JSONB = SqlType("jsonb", 3802, -1, 3807, "U")
 NAME = SqlType("name", 19, 64, 1003, "S")
@@ -151,9 +174,14 @@ def varchar(length: int | None) -> SqlType:
     return VARCHAR if length is None else replace(VARCHAR, typmod=length + 4)
 
 
+def numeric(precision: int | None, scale: int = 0) -> SqlType:
+    """numeric(precision, scale); plain NUMERIC when precision is None."""
+    return NUMERIC if precision is None else replace(NUMERIC, typmod=((precision << 16) | scale) + 4)
+
+
 def type_from_name(name: str) -> SqlType | None:
     """Canonical type for a spelling such as 'int4', 'VARCHAR(20)' or 'timestamp with time zone'.
-    varchar(n) keeps n (as its typmod); other modifiers are ignored."""
+    varchar(n) and numeric(p, s) keep their modifiers (as the typmod); others are ignored."""
     base = name.strip().lower()
     modifier = ""
     if "(" in base:
@@ -163,7 +191,24 @@ def type_from_name(name: str) -> SqlType | None:
     t = _ALIASES.get(base)
     if t is VARCHAR and modifier.isdigit() and int(modifier) > 0:
         return varchar(int(modifier))
+    if t is NUMERIC and modifier:
+        return _numeric_from_modifier(modifier)
     return t
+
+
+def _numeric_from_modifier(modifier: str) -> SqlType:
+    """numeric(p) or numeric(p, s), with Postgres's limits (1 <= p <= 1000, 0 <= s <= p)."""
+    parts = [p.strip() for p in modifier.split(",")]
+    if len(parts) > 2 or not all(p.lstrip("-").isdigit() for p in parts):
+        raise InvalidParameterValue("invalid NUMERIC type modifier")
+    precision = int(parts[0])
+    scale = int(parts[1]) if len(parts) == 2 else 0
+    if not 1 <= precision <= NUMERIC_MAX_PRECISION:
+        raise InvalidParameterValue(
+            f"NUMERIC precision {precision} must be between 1 and {NUMERIC_MAX_PRECISION}")
+    if not 0 <= scale <= precision:
+        raise InvalidParameterValue(f"NUMERIC scale {scale} must be between 0 and precision {precision}")
+    return numeric(precision, scale)
 
 
 def is_numeric(t: SqlType) -> bool:

@@ -18,7 +18,7 @@ import re
 import struct
 import uuid
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 from streamdb import types as T
@@ -44,6 +44,7 @@ __all__ = [
     "array_type_by_oid",
     "format_array",
     "parse_array",
+    "apply_numeric_typmod",
 ]
 
 
@@ -574,7 +575,33 @@ def _parse_numeric(value: str, t: SqlType) -> Decimal:
         raise NumericValueOutOfRange("value overflows numeric format")
     if number.is_zero():
         number = number.copy_abs()
-    return number
+    return apply_numeric_typmod(number, t)
+
+
+# Enough digits for any numeric Postgres stores, so quantize() never fails on precision.
+_NUMERIC_CONTEXT = Context(prec=131072 + 16383, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
+def apply_numeric_typmod(number: Decimal, t: SqlType) -> Decimal:
+    """`number` as a numeric(p, s) holds it: rounded half away from zero to s decimals, and
+    refused (22003) with more than p - s digits before the point, as Postgres's apply_typmod."""
+    precision_scale = t.precision_scale
+    if precision_scale is None or number.is_nan():
+        return number
+    precision, scale = precision_scale
+    if number.is_infinite():
+        raise NumericValueOutOfRange(
+            "numeric field overflow",
+            detail=f"A field with precision {precision}, scale {scale} cannot hold an infinite value.")
+    rounded = number.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=_NUMERIC_CONTEXT)
+    integer_digits = precision - scale
+    if not rounded.is_zero() and rounded.adjusted() >= integer_digits:
+        limit = f"10^{integer_digits}" if integer_digits else "1"
+        raise NumericValueOutOfRange(
+            "numeric field overflow",
+            detail=f"A field with precision {precision}, scale {scale} must round to an absolute value "
+                   f"less than {limit}.")
+    return rounded.copy_abs() if rounded.is_zero() else rounded
 
 
 def _parse_text(value: str, t: SqlType) -> str:

@@ -98,6 +98,8 @@ def _type_name_of(v: Any) -> str:
 def coerce(value: Any, target: T.SqlType, column: str) -> Any:
     """Convert a value for assignment to a column of type `target`."""
     converted = _convert(value, target, column)
+    if isinstance(converted, decimal.Decimal):
+        converted = values.apply_numeric_typmod(converted, target)
     limit = target.max_length
     if limit is not None and isinstance(converted, str) and len(converted) > limit:
         # Postgres assignment: trailing spaces past the limit are cut, anything else is refused.
@@ -133,7 +135,7 @@ def _convert(value: Any, target: T.SqlType, column: str) -> Any:
             return int(value)
         if target in (T.REAL, T.DOUBLE):
             return float(value)
-        if target is T.NUMERIC:
+        if target == T.NUMERIC:
             return decimal.Decimal(value) if not isinstance(value, float) else decimal.Decimal(repr(value))
         if T.is_textual(target):
             return str(value)

@@ -118,7 +118,7 @@ def _slot_inputs(q: FlatQuery, agg: IncrementalAggregate,
             continue
         out.append((("sum", "BIGINT"), f"CASE WHEN ({arg}) IS NULL THEN 0 ELSE {weight} END"))
         if spec.kind in ("sum", "avg"):
-            if types.get(f"__a{j}") is T.NUMERIC:
+            if types.get(f"__a{j}") == T.NUMERIC:
                 out.append((("sum", "DECIMAL(38,10)"), f"CAST(({arg}) * {weight} AS DECIMAL(38,10))"))
             else:
                 out.append((("sum", "BIGINT"), f"CAST(({arg}) AS BIGINT) * {weight}"))

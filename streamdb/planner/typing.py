@@ -6,12 +6,16 @@ are exactly those the embedded engine will produce.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 from streamdb import types as T
+from streamdb.errors import StreamDBError
 from streamdb.planner.context import PlanContext
 from streamdb.planner.plans import RelationInput
 from streamdb.runtime import embedded
@@ -34,15 +38,20 @@ def describe_query(duck_sql: str, inputs: tuple[RelationInput, ...], ctx: PlanCo
 _KEPT_TYPES = (T.VARCHAR, T.JSON, T.JSONB)
 
 
+def _has_kept_type(t: T.SqlType) -> bool:
+    """A type whose result columns keep more than the engine reports: the above, numeric(p, s)."""
+    return t in _KEPT_TYPES or t.precision_scale is not None
+
+
 def keep_declared_types(query: exp.Expression, inputs: tuple[RelationInput, ...],
                         columns: list[Column]) -> list[Column]:
-    """Result columns with the type Postgres gives them where the engine's answer (a string) is
-    coarser: an output that is a stored column (through subqueries too) or a cast to varchar(n),
-    json or jsonb keeps that type, and `->` keeps json/jsonb. Anything computed stays text, as
-    in Postgres (upper(), ||, max() of a varchar are text)."""
+    """Result columns with the type Postgres gives them where the engine's answer is coarser: an
+    output that is a stored column (through subqueries too) or a cast to varchar(n), numeric(p, s),
+    json or jsonb keeps that type (and typmod), and `->` keeps json/jsonb. Anything computed stays
+    as the engine says, as in Postgres (upper(), || are text; sum() of a numeric(10,2) is numeric)."""
     if not isinstance(query, exp.Select) or len(query.expressions) != len(columns):
         return columns
-    if not any(t in _KEPT_TYPES for i in inputs for _, t in i.columns) and query.find(exp.Cast) is None:
+    if not any(_has_kept_type(t) for i in inputs for _, t in i.columns) and query.find(exp.Cast) is None:
         return columns
     schema: dict[str, object] = {i.registered_name: {n: t.spelled() for n, t in i.columns} for i in inputs}
     try:
@@ -55,7 +64,9 @@ def keep_declared_types(query: exp.Expression, inputs: tuple[RelationInput, ...]
         return columns
     out = []
     for node, col in zip(typed.selects, columns, strict=True):
-        kept = _kept_type(node.unalias()) if col.type is T.TEXT else None
+        kept = _kept_type(node.unalias()) if col.type is T.TEXT or col.type == T.NUMERIC else None
+        if kept is not None and (kept == T.NUMERIC) != (col.type == T.NUMERIC):
+            kept = None
         out.append(Column(col.name, kept, col.table_oid, col.column_number, kept.typmod) if kept else col)
     return out
 
@@ -68,5 +79,77 @@ def _kept_type(node: exp.Expr) -> T.SqlType | None:
         return inner if inner in (T.JSON, T.JSONB) else None
     if not isinstance(node, (exp.Column, exp.Cast)) or node.type is None:
         return None
-    t = T.type_from_name(node.type.sql(dialect="postgres"))
-    return t if t in _KEPT_TYPES else None
+    try:
+        t = T.type_from_name(node.type.sql(dialect="postgres"))
+    except StreamDBError:  # a modifier Postgres would refuse: the engine's type stands
+        return None
+    return t if t is not None and _has_kept_type(t) else None
+
+
+# Decimals Postgres gives avg() of integers and numerics between 1 and 9999 (NUMERIC_MIN_SIG_DIGITS):
+# avg(int) of 1 and 2 is 1.5000000000000000. The embedded engine's avg() is a double.
+_AVG_SCALE = 16
+_INTEGER_TYPE_NAMES = ("SMALLINT", "INT", "BIGINT", "TINYINT")
+_AVG_TEMPLATE = (
+    "CAST((2 * (CAST(sum(__x) * {unit} AS HUGEINT) * {shift}) + sign(CAST(sum(__x) * {unit} AS HUGEINT)) "
+    "* count(__x)) // NULLIF(2 * count(__x), 0) AS DECIMAL(38, 0)) * CAST('{ulp}' AS DECIMAL(38, {scale}))")
+
+
+def exact_numeric_avg(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> exp.Expression:
+    """A copy of `query` for the embedded engine in which avg() of integers and numerics (up to
+    16 decimals) is an exact numeric with 16 decimals, rounded half away from zero as Postgres
+    does: the sum in integer units over the count, in 128-bit integers. Window and FILTER
+    averages, and DISTINCT ones, keep the engine's double."""
+    copy = query.copy()
+    avgs = [a for a in copy.find_all(exp.Avg)
+            if not isinstance(a.parent, (exp.Window, exp.Filter)) and not isinstance(a.this, exp.Distinct)]
+    if not avgs:
+        return copy
+    for i, a in enumerate(avgs):
+        a.meta["avg_id"] = i
+    schema: dict[str, object] = {i.registered_name: {n: t.spelled() for n, t in i.columns} for i in inputs}
+    try:
+        typed = annotate_types(qualify(copy.copy(), schema=schema, dialect="postgres",
+                                       validate_qualify_columns=False, quote_identifiers=False,
+                                       expand_stars=False), schema=schema, dialect="postgres")
+    except Exception:  # noqa: BLE001 - a shape sqlglot cannot qualify keeps the engine's avg
+        return copy
+    scales: dict[int, int] = {}
+    for a in typed.find_all(exp.Avg):
+        scale = _exact_scale(a.this.type if a.this is not None else None)
+        if "avg_id" in a.meta and scale is not None:
+            scales[a.meta["avg_id"]] = scale
+    for i, a in enumerate(avgs):
+        scale = scales.get(i)
+        if scale is None:
+            continue
+        exact = sqlglot.parse_one(_AVG_TEMPLATE.format(
+            unit=10**scale, shift=10 ** (_AVG_SCALE - scale), ulp=f"{Decimal(1).scaleb(-_AVG_SCALE):f}",
+            scale=_AVG_SCALE), read="duckdb")
+        for placeholder in list(exact.find_all(exp.Column)):
+            if placeholder.name == "__x":
+                placeholder.replace(a.this.copy())
+        a.replace(exp.Paren(this=exact))
+    return copy
+
+
+def _exact_scale(t: exp.DataType | None) -> int | None:
+    """Decimals of an exact argument type (0 for integers); None for other types."""
+    if t is None:
+        return None
+    if t.this.name in _INTEGER_TYPE_NAMES:
+        return 0
+    if t.this != exp.DataType.Type.DECIMAL:
+        return None
+    params = t.expressions
+    if len(params) == 2:
+        scale = int(params[1].name)
+    elif len(params) == 1:
+        scale = 0
+    else:
+        scale = _UNCONSTRAINED_STORED_SCALE
+    return scale if scale <= _AVG_SCALE else None
+
+
+# Unconstrained numeric is stored with 10 decimals (streamdb/types.py).
+_UNCONSTRAINED_STORED_SCALE = 10

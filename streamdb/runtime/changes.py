@@ -25,7 +25,8 @@ WEIGHT = "__weight"
 ROWKEY = "__rowkey"
 JSON_VALUE = "__json"
 
-_NUMERIC_SCALE = decimal.Decimal(1).scaleb(-10)
+_NUMERIC_STORED_SCALE = 10
+_NUMERIC_SCALE = decimal.Decimal(1).scaleb(-_NUMERIC_STORED_SCALE)
 _NUMERIC_INTEGER_DIGITS = 28
 _NUMERIC_CONTEXT = decimal.Context(prec=38 + 2)
 
@@ -51,9 +52,11 @@ def to_arrow_value(v: Any, t: T.SqlType) -> Any:
         micros = v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds
         days, rem = divmod(micros, 86_400_000_000)
         return pa.scalar((0, days, rem * 1000), type=pa.month_day_nano_interval()).as_py()
-    if t is T.NUMERIC and isinstance(v, decimal.Decimal):
+    if t == T.NUMERIC and isinstance(v, decimal.Decimal):
         if not v.is_finite():
             return None
+        if t.precision_scale is not None:  # numeric(p, s): stored at scale s, already checked
+            return v.quantize(decimal.Decimal(1).scaleb(-t.precision_scale[1]), context=_NUMERIC_CONTEXT)
         # Stored as decimal128(38, 10): at most 28 digits before the point. Larger values are the
         # client's error (22003), not an InvalidOperation escaping as an internal error.
         if v.adjusted() >= _NUMERIC_INTEGER_DIGITS:
@@ -66,6 +69,12 @@ def to_arrow_value(v: Any, t: T.SqlType) -> Any:
     return v
 
 
+def _without_trailing_zeros(v: decimal.Decimal) -> decimal.Decimal:
+    normal = v.normalize(context=_NUMERIC_CONTEXT)
+    # normalize() writes 20 as 2E+1: bring positive exponents back to a plain integer.
+    return normal.quantize(decimal.Decimal(1), context=_NUMERIC_CONTEXT) if int(normal.as_tuple().exponent) > 0 else normal
+
+
 def from_arrow_value(v: Any, t: T.SqlType) -> Any:
     """Arrow's Python value -> the server's representation of the type."""
     if v is None:
@@ -73,8 +82,13 @@ def from_arrow_value(v: Any, t: T.SqlType) -> Any:
     if t is T.INTERVAL and not isinstance(v, dt.timedelta):
         months, days, nanos = v.months, v.days, v.nanoseconds
         return dt.timedelta(days=months * 30 + days, microseconds=nanos // 1000)
-    if t is T.NUMERIC and isinstance(v, decimal.Decimal):
-        return v.normalize() if v == v.to_integral_value() else v
+    if t == T.NUMERIC and isinstance(v, decimal.Decimal):
+        # Unconstrained numeric is stored at scale 10, which loses each value's own scale:
+        # show it without trailing zeros (12.25, 20, 0.1). Other scales are the value's own
+        # (numeric(p, s) columns, sums of them) and print as they are, as Postgres does.
+        if t.typmod < 0 and v.as_tuple().exponent == -_NUMERIC_STORED_SCALE:
+            return _without_trailing_zeros(v)
+        return v
     return v
 
 

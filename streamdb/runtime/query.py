@@ -178,7 +178,7 @@ def value_converter(arrow_type: pa.DataType, t: T.SqlType) -> Any:
         import json
 
         return lambda v: None if v is None else json.dumps(v, default=str)
-    if t is T.INTERVAL or t is T.NUMERIC:
+    if t is T.INTERVAL or t == T.NUMERIC:
         return lambda v: from_arrow_value(v, t)
     if isinstance(t, T.ArraySqlType) and t.element in (T.INTERVAL, T.NUMERIC):
         # e.g. array_agg over an INTERVAL: Arrow's MonthDayNano elements (tuples) would otherwise

@@ -943,6 +943,8 @@ def _column_info(s: SessionInfo, schema: str, table: str, pos: int, name: str, t
                  nullable: bool, default: str | None) -> Row:
     elem = element_type(t)
     prec = _NUMERIC_PREC.get(t.name)
+    if t.precision_scale is not None:  # numeric(p, s)
+        prec = (t.precision_scale[0], 10, t.precision_scale[1])
     return {
         "table_catalog": s.database, "table_schema": schema, "table_name": table,
         "column_name": name, "ordinal_position": pos, "column_default": default,

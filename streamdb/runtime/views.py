@@ -727,7 +727,7 @@ class ViewMaintainer:
                 out.append(None)  # sum and avg of no values are NULL
             elif spec.kind == "sum":
                 out.append(parts[1])
-            elif column.type is T.NUMERIC:
+            elif column.type == T.NUMERIC:
                 with decimal.localcontext() as context:
                     context.prec = 38
                     out.append(decimal.Decimal(parts[1]) / parts[0])

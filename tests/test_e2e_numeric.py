@@ -1,0 +1,194 @@
+"""NUMERIC as PostgreSQL shows it: numeric(p, s) columns round to s decimals on the way in
+(INSERT, UPDATE, COPY, text and binary parameters), refuse values with too many integer digits
+(22003 numeric field overflow) and always print s decimals; unconstrained numeric prints without
+trailing zeros; sum() keeps the argument's scale and avg() of integers and numerics is a numeric
+with 16 decimals. The same statements also run on a real PostgreSQL 15 server and psql's output
+must be the same."""
+
+from __future__ import annotations
+
+import subprocess
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+NUMERIC_OID = 1700
+
+ROWS = "(1, 'x', 12.249, 12.25), (2, 'x', 20, 20), (3, 'y', 0.1, 0.1), (4, 'y', 1.005, 1.5)"
+
+
+def psql(dsn: str, command: str) -> str:
+    out = subprocess.run(["psql", "-X", dsn, "-c", command], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def describe_rows(dsn: str, relation: str) -> dict[str, str]:
+    """Column -> Type from psql's \\d."""
+    rows = {}
+    for line in psql(dsn, rf"\d {relation}").splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 2 and parts[0] and parts[0] != "Column":
+            rows[parts[0]] = parts[1]
+    return rows
+
+
+def create_prices(conn, name: str) -> None:
+    conn.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, grp TEXT, price NUMERIC(10, 2), qty NUMERIC)")
+    conn.execute(f"INSERT INTO {name} VALUES {ROWS}")
+
+
+@pytest.fixture()
+def prices(conn, unique) -> str:
+    t = f"prices_{unique}"
+    create_prices(conn, t)
+    return t
+
+
+def test_numeric_typmod_rounds_on_every_way_in(conn, prices):
+    conn.execute(f"UPDATE {prices} SET price = 3.335 WHERE id = 4")
+    conn.execute(f"INSERT INTO {prices} VALUES (5, 'z', %s, %s)", (Decimal("-7.125"), Decimal("7.125")))
+    conn.cursor(binary=True).execute(f"INSERT INTO {prices} VALUES (6, 'z', %s, %s)",
+                                     (Decimal("99999999.994"), Decimal("0.50")))
+    conn.execute(f"INSERT INTO {prices} VALUES (7, 'z', '-0.001', '2.50')")
+    with conn.cursor() as cur, cur.copy(f"COPY {prices} FROM STDIN") as copy:
+        copy.write("8\tz\t1.999\t1.999\n")
+    rows = conn.execute(f"SELECT id, price, qty FROM {prices} ORDER BY id").fetchall()
+    assert [(i, str(p), str(q)) for i, p, q in rows] == [(1, "12.25", "12.25"), (2, "20.00", "20"), (3, "0.10", "0.1"), (4, "3.34", "1.5"),
+                    (5, "-7.13", "7.125"), (6, "99999999.99", "0.5"), (7, "0.00", "2.5"), (8, "2.00", "1.999")]
+
+
+@pytest.mark.parametrize("statement", [
+    "INSERT INTO {t} VALUES (9, 'z', 123456789.12, 1)",
+    "INSERT INTO {t} VALUES (9, 'z', '99999999.995', 1)",
+    "UPDATE {t} SET price = price * 10000000 WHERE id = 1",
+], ids=["literal", "text-rounds-up", "update"])
+def test_numeric_field_overflow_is_22003(conn, prices, statement):
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange) as err:
+        conn.execute(statement.format(t=prices))
+    assert err.value.sqlstate == "22003"
+    assert err.value.diag.message_primary == "numeric field overflow"
+    assert err.value.diag.message_detail == (
+        "A field with precision 10, scale 2 must round to an absolute value less than 10^8.")
+    assert conn.execute(f"SELECT count(*) FROM {prices}").fetchone() == (4,)
+
+
+def test_copy_overflow_is_22003(conn, prices):
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange, match="numeric field overflow"):
+        with conn.cursor() as cur, cur.copy(f"COPY {prices} FROM STDIN") as copy:
+            copy.write("9\tz\t100000000\t1\n")
+    assert conn.execute(f"SELECT count(*) FROM {prices}").fetchone() == (4,)
+
+
+def test_bad_numeric_modifiers_are_refused(conn, unique):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="NUMERIC precision 0 must be between 1 and 1000"):
+        conn.execute(f"CREATE TABLE bad_{unique} (x NUMERIC(0))")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="NUMERIC scale 5 must be between 0 and precision 3"):
+        conn.execute(f"CREATE TABLE bad_{unique} (x NUMERIC(3, 5))")
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_psycopg_types_and_values(conn, prices, binary):
+    cur = conn.cursor(binary=binary)
+    cur.execute(f"SELECT id, price, qty, p.price AS alias_price, price::numeric(5, 1) AS cast_price "
+                f"FROM {prices} p ORDER BY id")
+    # RowDescription: numeric's OID, typmod ((p << 16 | s) + 4), which psycopg reads as precision/scale.
+    assert [(d.name, d.type_code, d.precision, d.scale) for d in cur.description] == [
+        ("id", 23, None, None), ("price", NUMERIC_OID, 10, 2), ("qty", NUMERIC_OID, None, None),
+        ("alias_price", NUMERIC_OID, 10, 2), ("cast_price", NUMERIC_OID, 5, 1)]
+    # str() shows the scale the server sent: exactly 2 decimals for numeric(10,2).
+    assert [tuple(str(v) for v in row) for row in cur.fetchall()] == [
+        ("1", "12.25", "12.25", "12.25", "12.3"), ("2", "20.00", "20", "20.00", "20.0"),
+        ("3", "0.10", "0.1", "0.10", "0.1"), ("4", "1.01", "1.5", "1.01", "1.0")]
+    cur.execute(f"SELECT sum(price), sum(qty), avg(price), avg(qty), avg(id), sum(id), min(price), max(qty) "
+                f"FROM {prices}")
+    assert [(d.type_code, d.precision) for d in cur.description] == [(NUMERIC_OID, None)] * 5 + [
+        (20, None), (NUMERIC_OID, None), (NUMERIC_OID, None)]
+    assert [str(v) for v in cur.fetchone()] == [
+        "33.36", "33.85", "8.3400000000000000", "8.4625000000000000", "2.5000000000000000", "10", "0.10", "20"]
+
+
+def test_information_schema_precision_and_scale(conn, prices):
+    assert conn.execute(
+        "SELECT column_name, data_type, numeric_precision, numeric_precision_radix, numeric_scale "
+        "FROM information_schema.columns WHERE table_name = %s ORDER BY ordinal_position", (prices,)
+    ).fetchall() == [("id", "integer", 32, 2, 0), ("grp", "text", None, None, None),
+                     ("price", "numeric", 10, 10, 2), ("qty", "numeric", None, 10, None)]
+    assert conn.execute(
+        "SELECT a.attname, a.atttypmod, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "JOIN pg_class c ON c.oid = a.attrelid WHERE c.relname = %s AND a.attnum > 0 ORDER BY a.attnum",
+        (prices,)).fetchall() == [("id", -1, "integer"), ("grp", -1, "text"),
+                                  ("price", (10 << 16 | 2) + 4, "numeric(10,2)"), ("qty", -1, "numeric")]
+
+
+QUERIES = [
+    "SELECT id, price, qty FROM {t} ORDER BY id",
+    "SELECT sum(price), sum(qty), avg(price), avg(qty), avg(id), sum(id), min(price), max(qty) FROM {t}",
+    "SELECT grp, avg(id) AS m, sum(price) FROM {t} GROUP BY grp ORDER BY m DESC",
+    "SELECT price + price AS twice, price * 2 AS doubled, price::numeric(5, 1) AS rounded FROM {t} ORDER BY id",
+    "SELECT grp FROM {t} GROUP BY grp HAVING avg(price) > 5 ORDER BY grp",
+]
+
+
+def test_psql_output_matches_postgresql(server, conn, postgres_server, unique):
+    """psql prints the same text for StreamDB as for PostgreSQL 15 itself."""
+    t = f"prices_{unique}"
+    create_prices(conn, t)
+    with psycopg.connect(postgres_server, autocommit=True) as pg:
+        create_prices(pg, t)
+        for sql in QUERIES:
+            assert psql(server.dsn, sql.format(t=t)) == psql(postgres_server, sql.format(t=t)), sql
+        assert describe_rows(server.dsn, t) == describe_rows(postgres_server, t) == {
+            "id": "integer", "grp": "text", "price": "numeric(10,2)", "qty": "numeric"}
+        pg.execute(f"DROP TABLE {t}")
+
+
+def test_materialized_view_matches_batch_recomputation(server, conn, prices, unique):
+    mv = f"prices_mv_{unique}"
+    by_group = f"SELECT grp, sum(price) AS total, avg(price) AS mean, sum(qty) AS qty, avg(id) AS mean_id, " \
+               f"count(*) AS n FROM {prices} GROUP BY grp"
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS {by_group}")
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv}_rows AS SELECT id, price, qty FROM {prices}")
+    conn.execute("FLUSH")
+    assert describe_rows(server.dsn, mv) == {"grp": "text", "total": "numeric", "mean": "numeric",
+                                             "qty": "numeric", "mean_id": "numeric", "n": "bigint"}
+    assert describe_rows(server.dsn, f"{mv}_rows") == {"id": "integer", "price": "numeric(10,2)", "qty": "numeric"}
+    conn.execute(f"INSERT INTO {prices} VALUES (5, 'x', 3, 3.333)")
+    conn.execute(f"UPDATE {prices} SET price = 0.125 WHERE id = 3")
+    conn.execute("FLUSH")
+    for binary in (False, True):
+        cur = conn.cursor(binary=binary)
+        view_rows = cur.execute(f"SELECT * FROM {mv} ORDER BY grp").fetchall()
+        batch_rows = cur.execute(f"{by_group} ORDER BY grp").fetchall()
+        # Views store unconstrained numeric with 10 decimals, so the averages agree to 10 places.
+        ten = Decimal("1e-10")
+        assert [(g, str(s), a.quantize(ten), str(q), m.quantize(ten), n) for g, s, a, q, m, n in view_rows] == \
+            [(g, str(s), a.quantize(ten), str(q), m.quantize(ten), n) for g, s, a, q, m, n in batch_rows]
+        assert [(g, str(s), str(q), n) for g, s, _, q, _, n in batch_rows] == [
+            ("x", "35.25", "35.583", 3), ("y", "1.14", "1.6", 2)]
+        assert [str(v) for v in batch_rows[0][2:5:2]] == ["11.7500000000000000", "2.6666666666666667"]
+        rows = cur.execute(f"SELECT id, price, qty FROM {mv}_rows ORDER BY id").fetchall()
+        assert [(i, str(p), str(q)) for i, p, q in rows] == [
+            (1, "12.25", "12.25"), (2, "20.00", "20"), (3, "0.13", "0.1"), (4, "1.01", "1.5"), (5, "3.00", "3.333")]
+
+
+def test_stream_aggregate_view_keeps_numeric_scale(server, conn, unique):
+    s, mv = f"sales_{unique}", f"sales_mv_{unique}"
+    conn.execute(f"CREATE STREAM {s} (k TEXT, amount NUMERIC(8, 2), rate NUMERIC(4, 3))")
+    conn.execute(f"INSERT INTO {s} VALUES ('a', 1.005, 0.1235), ('a', 2.5, 1), ('b', 10, 0.0005)")
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange, match="numeric field overflow"):
+        conn.execute(f"INSERT INTO {s} VALUES ('b', 1, 10)")
+    by_key = f"SELECT k, sum(amount) AS total, min(rate) AS lo, max(amount) AS hi, count(*) AS n FROM {s} GROUP BY k"
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS {by_key}")
+    conn.execute("FLUSH")
+    conn.execute(f"INSERT INTO {s} VALUES ('b', 0.333, 9.9994)")
+    conn.execute("FLUSH")
+    for binary in (False, True):
+        cur = conn.cursor(binary=binary)
+        view_rows = cur.execute(f"SELECT * FROM {mv} ORDER BY k").fetchall()
+        batch_rows = cur.execute(f"{by_key} ORDER BY k").fetchall()
+        assert [tuple(str(v) for v in r) for r in batch_rows] == [
+            ("a", "3.51", "0.124", "2.50", "2"), ("b", "10.33", "0.001", "10.00", "2")]
+        # The view's sums agree with the batch values (its unconstrained columns drop trailing zeros).
+        assert view_rows == batch_rows
