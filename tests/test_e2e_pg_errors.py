@@ -5,6 +5,7 @@ See docs/pg-compat.md, "Errors where StreamDB lacks the feature".
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 from pathlib import Path
 
@@ -178,3 +179,16 @@ def test_writing_into_a_view_is_refused_as_postgres_does(conn: psycopg.Connectio
     conn.execute("FLUSH")
     assert conn.execute(f"SELECT id, name FROM {v}").fetchall() == [(1, "ann")]
     assert conn.execute(f"SELECT id, name FROM {mv}").fetchall() == [(1, "ann")]
+
+
+# --- Values no Python type holds (found by the SQL fuzzer) -----------------------------------------
+
+def test_infinite_dates_are_a_data_error_not_an_internal_one(conn: psycopg.Connection, unique: str) -> None:
+    s = f"days_{unique}"
+    conn.execute(f"CREATE STREAM {s} (d DATE)")
+    conn.execute(f"INSERT INTO {s} VALUES ('2024-01-01')")
+    for sql in (f"SELECT 'Infinity'::DATE FROM {s}", "SELECT 'infinity'::timestamp"):
+        sqlstate, message, _ = diag(error_of(conn, sql))
+        assert sqlstate == "22008", (sql, sqlstate, message)
+        assert message is not None and "out of the range StreamDB can return" in message
+    assert conn.execute(f"SELECT d FROM {s}").fetchall() == [(dt.date(2024, 1, 1),)]

@@ -66,6 +66,10 @@ def test_star_shows_the_relation_columns_and_the_window_columns() -> None:
     ("SELECT * FROM SESSION(ev, ts, INTERVAL '1' SECOND, k + 1)", FeatureNotSupported, None),
     ("SELECT * FROM SESSION(nowhere, ts, INTERVAL '1' SECOND)", UndefinedTable, 23),
     ("WITH c AS (SELECT * FROM ev) SELECT * FROM SESSION(c, ts, INTERVAL '1' SECOND)", FeatureNotSupported, 52),
+    # `*` where a name belongs was an internal error (AttributeError), found by the SQL fuzzer
+    ("SELECT * FROM HOP(*, ts, INTERVAL '1' SECOND, INTERVAL '2' SECOND)", FeatureNotSupported, 19),
+    ("SELECT * FROM TUMBLE(ev, *, INTERVAL '1' SECOND)", FeatureNotSupported, 26),
+    ("SELECT * FROM SESSION(*, ts, INTERVAL '1' SECOND)", FeatureNotSupported, 23),
 ])
 def test_errors(sql: str, error: type[Exception], position: int | None) -> None:
     with pytest.raises(error) as info:

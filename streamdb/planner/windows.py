@@ -62,8 +62,8 @@ def _window_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pla
         raise FeatureNotSupported(f"{name} takes {want} arguments: relation, time column, "
                                   + ("size" if name == "TUMBLE" else "slide, size"), position=position_of(call))
     rel_node, ts_node = args[0], args[1]
-    rel_name = normalize(rel_node.this if isinstance(rel_node, exp.Column) else rel_node)
-    ts_name = normalize(ts_node.this if isinstance(ts_node, exp.Column) else ts_node)
+    rel_name = _name_arg(rel_node, "relation", name)
+    ts_name = _name_arg(ts_node, "time column", name)
     rel = ctx.catalog.get(rel_name)
     ts_type = T.TIMESTAMPTZ
     if rel is not None:
@@ -118,10 +118,16 @@ def _over(func: exp.Expression, partition: list[exp.Expression], order: exp.Expr
     return window
 
 
-def _column_name(node: exp.Expression, what: str) -> str:
-    if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier) and not node.args.get("table"):
+def _name_arg(node: exp.Expression, what: str, function: str) -> str:
+    """A window function's relation or column argument: a plain name (not `*`, not an expression).
+    The relation may be schema-qualified, and TUMBLE/HOP's time column table-qualified, as before."""
+    if isinstance(node, exp.Identifier):
+        return normalize(node)
+    qualified_ok = what == "relation" or function != "SESSION"
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier) \
+            and (qualified_ok or not node.args.get("table")):
         return normalize(node.this)
-    raise FeatureNotSupported(f"the {what} of SESSION must be a column name", position=position_of(node))
+    raise FeatureNotSupported(f"the {what} of {function} must be a name", position=position_of(node))
 
 
 def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: PlanContext,
@@ -141,14 +147,14 @@ def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pl
         raise FeatureNotSupported("SESSION takes at least 3 arguments: relation, time column, gap "
                                   "[, partition key columns]", position=position_of(call))
     rel_node, ts_node, gap_node, key_nodes = args[0], args[1], args[2], args[3:]
-    rel_name = normalize(rel_node.this if isinstance(rel_node, exp.Column) else rel_node)
+    rel_name = _name_arg(rel_node, "relation", "SESSION")
     rel = ctx.catalog.get(rel_name)
     if rel is None:
         if rel_name in ctes:
             raise FeatureNotSupported(f'SESSION needs a stream, table or materialized view, not the WITH query '
                                       f'"{rel_name}"', position=position_of(rel_node))
         raise UndefinedTable(f'relation "{rel_name}" does not exist', position=position_of(rel_node))
-    ts_name = _column_name(ts_node, "time column")
+    ts_name = _name_arg(ts_node, "time column", "SESSION")
     ts_col = rel.column(ts_name)
     if ts_col is None and ts_name != "rowtime":
         raise UndefinedColumn(f'column "{ts_name}" does not exist in "{rel_name}"', position=position_of(ts_node))
@@ -158,7 +164,7 @@ def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pl
     gap = _interval(interval_seconds(gap_node, "gap"))
     keys: list[str] = []
     for node in key_nodes:
-        key = _column_name(node, "partition key")
+        key = _name_arg(node, "partition key", "SESSION")
         if rel.column(key) is None:
             raise UndefinedColumn(f'column "{key}" does not exist in "{rel_name}"', position=position_of(node))
         keys.append(key)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from streamdb import types as T
-from streamdb.errors import UndefinedTable
+from streamdb.errors import DataException, UndefinedTable
 from streamdb.planner.context import SessionInfo
 from streamdb.planner.plans import QueryPlan
 from streamdb.runtime import embedded, limits, system_catalog
@@ -192,7 +192,12 @@ def arrow_to_rows(table: pa.Table, columns: tuple[Column, ...]) -> list[tuple[An
     cols: list[list[Any]] = []
     for i, col in enumerate(columns):
         arr = table.column(i)
-        values = arr.to_pylist()
+        try:
+            values = arr.to_pylist()
+        except (OverflowError, ValueError) as e:  # e.g. 'infinity'::date: no Python date holds it
+            raise DataException(f'{col.type.name} value of column "{col.name}" out of the range StreamDB '
+                                f"can return: {e}", sqlstate="22008",
+                                hint="Infinite dates and timestamps are not supported.") from e
         convert = value_converter(arr.type, col.type)
         cols.append(values if convert is None else [convert(v) for v in values])
     return list(zip(*cols, strict=True)) if cols else [() for _ in range(table.num_rows)]
