@@ -22,6 +22,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
+# Modules that start Spark inside the pytest process. pyspark forks its JVM with a Python pre-exec
+# hook, which crashes the child once DuckDB's threads exist in this process (any in-process planning
+# or embedded query starts them): these modules run first, whatever their names.
+IN_PROCESS_SPARK_MODULES = ("test_spark_runtime.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in IN_PROCESS_SPARK_MODULES)  # stable: order kept otherwise
 
 
 def free_port() -> int:

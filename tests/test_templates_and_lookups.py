@@ -1,6 +1,6 @@
 """Literal templates (sql/literals.py) and point-lookup planning (planner/lookup.py), without a
-server. Named to run after tests/test_spark_runtime.py: planning describes queries on DuckDB,
-whose threads must not exist when pyspark forks its JVM from this process."""
+server. (Planning describes queries on DuckDB in this process: tests/conftest.py runs the
+in-process Spark tests before any such module.)"""
 
 from __future__ import annotations
 

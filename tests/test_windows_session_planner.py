@@ -1,8 +1,7 @@
 """SESSION(rel, ts, gap [, key ...]) in the planner, without a server: the rewritten query's
 columns, its errors, and its semantics run on an in-memory embedded engine (DuckDB).
 
-Named to run after tests/test_spark_runtime.py: that test launches a JVM from this process,
-and pyspark forks with a Python pre-exec hook, which crashes once DuckDB's threads exist here.
+(DuckDB runs in this process: tests/conftest.py runs the in-process Spark tests before any such module.)
 """
 
 from __future__ import annotations
