@@ -43,6 +43,18 @@ def _has_kept_type(t: T.SqlType) -> bool:
     return t in _KEPT_TYPES or t.precision_scale is not None
 
 
+def _annotated(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> exp.Expression | None:
+    """A copy of the query with sqlglot's Postgres types on every node; None for a shape sqlglot
+    cannot qualify (the caller then keeps what the engine says)."""
+    schema: dict[str, object] = {i.registered_name: {n: t.spelled() for n, t in i.columns} for i in inputs}
+    try:
+        return annotate_types(qualify(query.copy(), schema=schema, dialect="postgres",
+                                      validate_qualify_columns=False, quote_identifiers=False,
+                                      expand_stars=False), schema=schema, dialect="postgres")
+    except Exception:  # noqa: BLE001 - any failure here only means "no better types known"
+        return None
+
+
 def keep_declared_types(query: exp.Expression, inputs: tuple[RelationInput, ...],
                         columns: list[Column]) -> list[Column]:
     """Result columns with the type Postgres gives them where the engine's answer is coarser: an
@@ -53,13 +65,7 @@ def keep_declared_types(query: exp.Expression, inputs: tuple[RelationInput, ...]
         return columns
     if not any(_has_kept_type(t) for i in inputs for _, t in i.columns) and query.find(exp.Cast) is None:
         return columns
-    schema: dict[str, object] = {i.registered_name: {n: t.spelled() for n, t in i.columns} for i in inputs}
-    try:
-        typed = annotate_types(qualify(query.copy(), schema=schema, dialect="postgres",
-                                       validate_qualify_columns=False, quote_identifiers=False,
-                                       expand_stars=False), schema=schema, dialect="postgres")
-    except Exception:  # noqa: BLE001 - a shape sqlglot cannot qualify keeps the engine's types
-        return columns
+    typed = _annotated(query, inputs)
     if not isinstance(typed, exp.Select) or len(typed.selects) != len(columns):
         return columns
     out = []
@@ -107,12 +113,8 @@ def exact_numeric_avg(query: exp.Expression, inputs: tuple[RelationInput, ...]) 
         return copy
     for i, a in enumerate(avgs):
         a.meta["avg_id"] = i
-    schema: dict[str, object] = {i.registered_name: {n: t.spelled() for n, t in i.columns} for i in inputs}
-    try:
-        typed = annotate_types(qualify(copy.copy(), schema=schema, dialect="postgres",
-                                       validate_qualify_columns=False, quote_identifiers=False,
-                                       expand_stars=False), schema=schema, dialect="postgres")
-    except Exception:  # noqa: BLE001 - a shape sqlglot cannot qualify keeps the engine's avg
+    typed = _annotated(copy, inputs)
+    if typed is None:  # a shape sqlglot cannot qualify keeps the engine's avg
         return copy
     scales: dict[int, int] = {}
     for a in typed.find_all(exp.Avg):
