@@ -54,6 +54,20 @@ def md5_hash(password: str, user: str) -> str:
     return "md5" + hashlib.md5((password + user).encode()).hexdigest()  # noqa: S324 - the protocol's choice
 
 
+def scram_password_matches(password: str, verifier: str) -> bool:
+    """Whether a cleartext password (HTTP basic auth to the console) is the one a SCRAM-SHA-256
+    verifier was made from; False for a malformed verifier."""
+    try:
+        iterations, salt, stored_key, _server_key = parse_verifier(verifier)
+    except ValueError:
+        return False
+    return hmac.compare_digest(scram_keys(password, salt, iterations)[0], stored_key)
+
+
+def md5_password_matches(password: str, user: str, stored_hash: str) -> bool:
+    return hmac.compare_digest(md5_hash(password, user), stored_hash)
+
+
 # PASSWORD 'text' ('' escapes), E'text' (backslash escapes too), U&'text' and $tag$text$tag$:
 # the text is replaced, the rest of the statement kept. An unterminated literal is masked to the end.
 _PASSWORD_LITERAL = re.compile(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import queue
@@ -103,16 +104,24 @@ class ServerProcess:
         self.start()
 
 
-@pytest.fixture(scope="session")
-def server() -> Iterator[ServerProcess]:
-    """The shared server for end-to-end tests (real Spark in local mode)."""
-    with tempfile.TemporaryDirectory(prefix="streamdb-test-") as d:
-        srv = ServerProcess(Path(d) / "data", "shared")
+@contextlib.contextmanager
+def running_server(name: str) -> Iterator[ServerProcess]:
+    """A started server on a data directory of its own, stopped and removed at exit."""
+    # Not pytest's tmp_path: another pytest run on the machine may prune its base directory.
+    with tempfile.TemporaryDirectory(prefix=f"streamdb-{name}-") as d:
+        srv = ServerProcess(Path(d) / "data", name)
         srv.start()
         try:
             yield srv
         finally:
             srv.stop()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[ServerProcess]:
+    """The shared server for end-to-end tests (real Spark in local mode)."""
+    with running_server("shared") as srv:
+        yield srv
 
 
 @pytest.fixture()

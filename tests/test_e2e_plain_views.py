@@ -7,13 +7,12 @@ A plain view is a named query: every query that reads it runs the view's query i
 from __future__ import annotations
 
 import subprocess
-import threading
 
 import psycopg
 import pytest
 
 from tests.conftest import ServerProcess
-from tests.test_e2e_push import consume, push_queries, wait_subscribed
+from tests.test_e2e_push import start_push
 
 
 def error_of(conn: psycopg.Connection, sql: str) -> psycopg.Error:
@@ -188,13 +187,7 @@ def test_push_query_over_plain_view_sees_new_rows(server: ServerProcess, conn: p
     conn.execute(f"CREATE STREAM {events} (sensor TEXT, temp INT)")
     conn.execute(f"CREATE VIEW {hot} AS SELECT sensor, temp * 10 AS deci FROM {events} WHERE temp > 30")
     conn.execute(f"INSERT INTO {events} VALUES ('a', 40)")  # before the push query: not pushed
-    rows: list = []
-    started = threading.Event()
-    before = len(push_queries(conn))
-    t = threading.Thread(target=consume, args=(server, f"SELECT * FROM {hot} EMIT CHANGES", 2, rows, started))
-    t.start()
-    started.wait(10)
-    wait_subscribed(conn, before)
+    t, rows = start_push(server, conn, f"SELECT * FROM {hot} EMIT CHANGES", 2)
     conn.execute(f"INSERT INTO {events} VALUES ('b', 35), ('c', 20)")
     conn.execute(f"INSERT INTO {events} VALUES ('d', 31)")
     t.join(60)

@@ -39,18 +39,24 @@ def wait_subscribed(conn, before: int) -> None:
         time.sleep(0.1)
 
 
+def start_push(server, conn, sql: str, want: int) -> tuple[threading.Thread, list]:
+    """Run a push query on a connection of its own until `want` rows arrived (into the returned
+    list, as (seconds, row)); returns once it is subscribed, so later writes are pushed."""
+    rows: list = []
+    started = threading.Event()
+    before = len(push_queries(conn))
+    thread = threading.Thread(target=consume, args=(server, sql, want, rows, started))
+    thread.start()
+    started.wait(10)
+    wait_subscribed(conn, before)
+    return thread, rows
+
+
 def test_push_query_filter_over_schemaless_stream(server, conn, unique):
     s = f"pdemo_{unique}"
     conn.execute(f'CREATE STREAM {s} WITH (FORMAT = "JSON")')
     conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (20, 10)")  # before: not pushed
-    rows: list = []
-    started = threading.Event()
-    before = len(push_queries(conn))
-    t = threading.Thread(target=consume, args=(server, f"SELECT * FROM {s} WHERE humidity > 70 EMIT CHANGES",
-                                               2, rows, started))
-    t.start()
-    started.wait(10)
-    wait_subscribed(conn, before)
+    t, rows = start_push(server, conn, f"SELECT * FROM {s} WHERE humidity > 70 EMIT CHANGES", 2)
     conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (22, 80), (25, 65)")
     conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (19, 91)")
     t.join(60)
@@ -64,14 +70,8 @@ def test_push_query_filter_over_schemaless_stream(server, conn, unique):
 def test_push_query_aggregate_over_table_sends_retractions(server, conn, unique):
     t_name = f"ptab_{unique}"
     conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, plan TEXT)")
-    rows: list = []
-    started = threading.Event()
-    before = len(push_queries(conn))
-    th = threading.Thread(target=consume, args=(
-        server, f"SELECT plan, count(*) AS n FROM {t_name} GROUP BY plan EMIT CHANGES", 5, rows, started))
-    th.start()
-    started.wait(10)
-    wait_subscribed(conn, before)
+    th, rows = start_push(server, conn,
+                          f"SELECT plan, count(*) AS n FROM {t_name} GROUP BY plan EMIT CHANGES", 5)
     conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free'), (2, 'pro')")
     time.sleep(1.5)
     conn.execute(f"UPDATE {t_name} SET plan = 'pro' WHERE id = 1")
@@ -139,13 +139,7 @@ def test_subscribe_streams_rows_to_the_client(server, conn, unique):
     s = f"subs_{unique}"
     conn.execute(f"CREATE STREAM {s} (a INT)")
     conn.execute(f"INSERT INTO {s} VALUES (1)")
-    rows: list = []
-    started = threading.Event()
-    before = len(push_queries(conn))
-    th = threading.Thread(target=consume, args=(server, f"SUBSCRIBE TO {s}", 2, rows, started))
-    th.start()
-    started.wait(10)
-    wait_subscribed(conn, before)
+    th, rows = start_push(server, conn, f"SUBSCRIBE TO {s}", 2)
     conn.execute(f"INSERT INTO {s} VALUES (2)")
     th.join(60)
     assert not th.is_alive()

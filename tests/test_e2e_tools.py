@@ -16,7 +16,6 @@ import re
 import socket
 import struct
 import subprocess
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ import pandas as pd
 import psycopg
 import pytest
 import sqlalchemy as sa
-from conftest import ServerProcess, free_port
+from conftest import ServerProcess, free_port, running_server
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from tests.fixtures.psql_tty import complete
@@ -51,16 +50,11 @@ SCHEMA = [
 @pytest.fixture(scope="module")
 def tools_server() -> Iterator[ServerProcess]:
     """A server of this module's own, so relation names are exactly those of the captures."""
-    with tempfile.TemporaryDirectory(prefix="streamdb-tools-") as d:
-        srv = ServerProcess(Path(d) / "data", "tools")
-        srv.start()
-        try:
-            with srv.connect() as c:
-                for sql in SCHEMA:
-                    c.execute(sql)
-            yield srv
-        finally:
-            srv.stop()
+    with running_server("tools") as srv:
+        with srv.connect() as c:
+            for sql in SCHEMA:
+                c.execute(sql)
+        yield srv
 
 
 @pytest.fixture()

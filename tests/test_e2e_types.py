@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
-import time
 
 import asyncpg
 import psycopg
 import pytest
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
+
+from tests.test_e2e_push import push_queries, wait_subscribed
 
 VARCHAR_OID, TEXT_OID, JSON_OID, JSONB_OID = 1043, 25, 114, 3802
 
@@ -198,17 +199,13 @@ def test_stream_and_materialized_view_keep_types(server, conn, unique):
     assert conn.execute(f"SELECT payload, tag FROM {mv} WHERE k = 'd'").fetchall() == [({"n": 3}, "z")]
 
 
-def _push_queries(conn) -> int:
-    return sum(1 for q in conn.execute("SHOW QUERIES").fetchall() if q[1] == "push query")
-
-
 def test_push_query_sends_jsonb_and_varchar(server, conn, unique):
     s = f"evp_{unique}"
     conn.execute(f"CREATE STREAM {s} (tag VARCHAR(3), payload JSONB)")
     rows: list = []
     types: list = []
     started = threading.Event()
-    before = _push_queries(conn)
+    before = len(push_queries(conn))
 
     def consume() -> None:
         with server.connect() as c, c.cursor() as cur:
@@ -226,11 +223,7 @@ def test_push_query_sends_jsonb_and_varchar(server, conn, unique):
     t = threading.Thread(target=consume)
     t.start()
     started.wait(10)
-    deadline = time.monotonic() + 60
-    while _push_queries(conn) <= before or any(
-            q[2].startswith("starting") for q in conn.execute("SHOW QUERIES").fetchall() if q[1] == "push query"):
-        assert time.monotonic() < deadline, "push query never started"
-        time.sleep(0.1)
+    wait_subscribed(conn, before)
     conn.execute(f"""INSERT INTO {s} VALUES ('a', '{{"v": [1,2], "w": 0}}'), ('b', '{{"v": {{"z":1,"a":2}}}}')""")
     t.join(60)
     assert not t.is_alive()

@@ -15,7 +15,6 @@ import contextlib
 import datetime as dt
 import decimal
 import hashlib
-import hmac
 import json
 import logging
 import math
@@ -26,7 +25,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
-from streamdb.auth import md5_hash, parse_verifier, scram_keys
+from streamdb.auth import md5_password_matches, scram_password_matches
 from streamdb.catalog import BOOTSTRAP_ROLE
 from streamdb.config import is_loopback_host
 from streamdb.console.stats import SHOWN_KINDS, StatsSampler
@@ -174,17 +173,11 @@ class ConsoleServer:
         if info.scram_verifier is not None:
             if self._verified.get(key) == info.scram_verifier:
                 return True  # PBKDF2 once per password, not on every poll
-            try:
-                iterations, salt, stored_key, _server_key = parse_verifier(info.scram_verifier)
-            except ValueError:
-                return False
-            if hmac.compare_digest(scram_keys(password, salt, iterations)[0], stored_key):
+            if scram_password_matches(password, info.scram_verifier):
                 self._verified[key] = info.scram_verifier
                 return True
             return False
-        if info.md5_hash is not None:
-            return hmac.compare_digest(md5_hash(password, user), info.md5_hash)
-        return False
+        return info.md5_hash is not None and md5_password_matches(password, user, info.md5_hash)
 
     @web.middleware
     async def _same_origin_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:

@@ -30,6 +30,13 @@ def _mock_verifier(user: str) -> str:
     return make_verifier(secrets.token_hex(16), iterations=SCRAM_ITERATIONS, salt=salt)
 
 
+def _utf8(message: bytes) -> str:
+    try:
+        return message.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolViolation("malformed SCRAM message: invalid UTF-8") from None
+
+
 def _attributes(text: str, what: str) -> list[tuple[str, str]]:
     pairs = []
     for part in text.split(","):
@@ -58,10 +65,7 @@ class ScramServer:
         self._nonce = ""
 
     def server_first(self, client_first: bytes) -> bytes:
-        try:
-            text = client_first.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolViolation("malformed SCRAM message: invalid UTF-8") from None
+        text = _utf8(client_first)
         # gs2-header: channel-binding flag "," [authzid] ","
         flag, sep1, rest = text.partition(",")
         authzid, sep2, bare = rest.partition(",")
@@ -89,10 +93,7 @@ class ScramServer:
 
     def server_final(self, client_final: bytes) -> bytes:
         """The server-final message; raises ScramAuthenticationFailed on a wrong password."""
-        try:
-            text = client_final.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolViolation("malformed SCRAM message: invalid UTF-8") from None
+        text = _utf8(client_final)
         without_proof, sep, proof_b64 = text.rpartition(",p=")
         if not sep:
             raise ProtocolViolation("malformed SCRAM message: missing proof")
