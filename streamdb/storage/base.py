@@ -156,3 +156,28 @@ class Storage(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class LogReader(ABC):
+    """Reads the change logs from another process than the server's (a Spark task), never writes.
+
+    ``snapshot()`` sees every commit the server had made when it was called. The spec a reader
+    is opened from (``LogReaderSpec``) is plain data, so it travels to executors.
+    """
+
+    @abstractmethod
+    def snapshot(self) -> Snapshot:
+        """A consistent read view, caught up with the server's latest commit."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release files and connections. Idempotent."""
+
+
+@dataclass(frozen=True)
+class LogReaderSpec:
+    """Where the log is: the backend kind, the storage directory and, for Kafka, the brokers."""
+
+    kind: str
+    path: str
+    kafka_bootstrap: str | None = None

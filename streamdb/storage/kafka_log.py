@@ -64,10 +64,10 @@ class KafkaLogStorage(Storage):
                                    "linger.ms": 0, "message.max.bytes": 64 << 20})
         self._lock = threading.Lock()  # commits are serialized: offsets are assigned in order
         self._closed = False
-        self._consumers = threading.local()
+        self._fetcher = _Fetcher(bootstrap, self.prefix)
 
     def topic(self, rel: int) -> str:
-        return f"{self.prefix}-r{rel}"
+        return self._fetcher.topic(rel)
 
     # ---- writes --------------------------------------------------------------------------
 
@@ -135,10 +135,72 @@ class KafkaLogStorage(Storage):
     # ---- reads ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        return _KafkaSnapshot(self, self.local.snapshot())
+        return _KafkaSnapshot(self._fetcher, self.local.snapshot())
 
     def fetch(self, rel: int, kafka_offsets: list[int]) -> dict[int, bytes]:
         """Payloads of the messages at these offsets of the relation's topic."""
+        return self._fetcher.fetch(rel, kafka_offsets)
+
+    def last_sequence(self) -> int:
+        return self.local.last_sequence()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._producer.flush(PRODUCE_TIMEOUT_SECONDS)
+        self._fetcher.close()
+        self.local.close()
+
+
+class _KafkaSnapshot(Snapshot):
+    def __init__(self, fetcher: _Fetcher, local: Snapshot) -> None:
+        self.fetcher = fetcher
+        self.local = local
+
+    def read(self, relation_id: int, partition: int, start: int = 0,
+             end: int | None = None) -> Iterator[tuple[int, int, bytes]]:
+        limit = self.end_offset(relation_id, partition) if end is None else end
+        entries = []
+        for key, value in self.local.scan(INDEX, _END.pack(relation_id, partition)):
+            _, _, first = _KEY.unpack(key)
+            kafka_offset, count = _ENTRY.unpack(value)
+            if first + count <= start:
+                continue
+            if first >= limit:
+                break
+            entries.append((first, count, kafka_offset))
+        payloads = self.fetcher.fetch(relation_id, [e[2] for e in entries])
+        for first, count, kafka_offset in entries:
+            yield first, count, payloads[kafka_offset]
+
+    def end_offset(self, relation_id: int, partition: int) -> int:
+        raw = self.local.get(ENDS, _END.pack(relation_id, partition))
+        return int.from_bytes(raw, "big") if raw else 0
+
+    def get(self, store: str, key: bytes) -> bytes | None:
+        return self.local.get(store, key)
+
+    def scan(self, store: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        return self.local.scan(store, prefix)
+
+    def close(self) -> None:
+        self.local.close()
+
+
+class _Fetcher:
+    """Reads messages of the relations' topics by Kafka offset (one consumer per thread)."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.bootstrap = bootstrap
+        self.prefix = prefix
+        self._consumers = threading.local()
+        self._all: list[Any] = []
+
+    def topic(self, rel: int) -> str:
+        return f"{self.prefix}-r{rel}"
+
+    def fetch(self, rel: int, kafka_offsets: list[int]) -> dict[int, bytes]:
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = getattr(self._consumers, "consumer", None)
@@ -147,6 +209,7 @@ class KafkaLogStorage(Storage):
                                  "enable.auto.commit": False, "enable.partition.eof": False,
                                  "fetch.max.bytes": 64 << 20})
             self._consumers.consumer = consumer
+            self._all.append(consumer)
         wanted = set(kafka_offsets)
         out: dict[int, bytes] = {}
         if not wanted:
@@ -172,50 +235,33 @@ class KafkaLogStorage(Storage):
                     break
         return out
 
-    def last_sequence(self) -> int:
-        return self.local.last_sequence()
+    def close(self) -> None:
+        for consumer in self._all:
+            try:
+                consumer.close()
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+        self._all.clear()
+
+
+class KafkaIndexReader:
+    """For a Spark task: batches fetched from Kafka through the index in a RocksDB secondary."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._fetcher: _Fetcher | None = None
+
+    def snapshot(self, local: Snapshot) -> Snapshot:
+        if self._fetcher is None:
+            prefix = local.get(META, PREFIX_KEY)
+            if prefix is None:
+                raise InternalError("the Kafka log has no topic prefix in its index")
+            self._fetcher = _Fetcher(self.bootstrap, prefix.decode())
+        return _KafkaSnapshot(self._fetcher, local)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._producer.flush(PRODUCE_TIMEOUT_SECONDS)
-        self.local.close()
+        if self._fetcher is not None:
+            self._fetcher.close()
 
 
-class _KafkaSnapshot(Snapshot):
-    def __init__(self, storage: KafkaLogStorage, local: Snapshot) -> None:
-        self.storage = storage
-        self.local = local
-
-    def read(self, relation_id: int, partition: int, start: int = 0,
-             end: int | None = None) -> Iterator[tuple[int, int, bytes]]:
-        limit = self.end_offset(relation_id, partition) if end is None else end
-        entries = []
-        for key, value in self.local.scan(INDEX, _END.pack(relation_id, partition)):
-            _, _, first = _KEY.unpack(key)
-            kafka_offset, count = _ENTRY.unpack(value)
-            if first + count <= start:
-                continue
-            if first >= limit:
-                break
-            entries.append((first, count, kafka_offset))
-        payloads = self.storage.fetch(relation_id, [e[2] for e in entries])
-        for first, count, kafka_offset in entries:
-            yield first, count, payloads[kafka_offset]
-
-    def end_offset(self, relation_id: int, partition: int) -> int:
-        raw = self.local.get(ENDS, _END.pack(relation_id, partition))
-        return int.from_bytes(raw, "big") if raw else 0
-
-    def get(self, store: str, key: bytes) -> bytes | None:
-        return self.local.get(store, key)
-
-    def scan(self, store: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        return self.local.scan(store, prefix)
-
-    def close(self) -> None:
-        self.local.close()
-
-
-__all__ = ["KafkaLogStorage"]
+__all__ = ["KafkaIndexReader", "KafkaLogStorage"]

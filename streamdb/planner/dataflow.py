@@ -1,0 +1,791 @@
+"""A view's query as a dataflow of incremental operators: the one place a view's strategy is decided.
+
+Every relation is a collection of changes (row, weight). The query, once its relations are
+resolved and its columns qualified and typed (planner/query.py), is lowered into relational
+nodes whose output changes follow from their input changes:
+
+- linear nodes (Scan, Filter, Map, UnionAll) apply to each change as it is;
+- stateful nodes keep state indexed by a key and touch only the keys a change has:
+  Join (the delta rule dA x B + A x dB + dA x dB, inner and outer, over both sides indexed by the
+  join key), Reduce (GROUP BY with count/sum/avg on weights, min/max/count(DISTINCT) over a
+  multiset per group, DISTINCT), TopN (ORDER BY ... LIMIT per partition, DISTINCT ON, ROW_NUMBER()
+  filters), and at the top of a view Recompute (window functions and aggregates without an
+  incremental form, recomputed per touched partition or group).
+
+Scalar expressions stay sqlglot trees over the nodes' internal column names, typed, so the
+runtime renders them in Spark SQL with Postgres semantics. Planning is pure: nothing here
+touches Spark or disk. A query that does not lower says why (`Unsupported`), and that reason is
+what EXPLAIN and SHOW QUERIES show for a view maintained by recomputation. See docs/views.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from streamdb.catalog import CatalogSnapshot
+from streamdb.planner.plans import RelationInput
+
+ROWTIME = "rowtime"
+ROWKEY = "__rowkey"
+
+
+class Unsupported(Exception):
+    """The query has a shape the dataflow does not maintain incrementally (the reason is shown)."""
+
+
+# ---- nodes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    columns: tuple[str, ...]  # internal names, unique within the view
+
+    def inputs(self) -> tuple[Node, ...]:
+        return ()
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Node):
+    """A relation's changes (a stream's inserts; a table's or view's inserts and retractions)."""
+
+    relation_id: int = 0
+    source_columns: tuple[str, ...] = ()  # the relation's column for each of `columns`
+    append_only: bool = False
+
+    def describe(self) -> str:
+        return f"Scan relation {self.relation_id}" + (" (append-only)" if self.append_only else "")
+
+
+@dataclass(frozen=True, eq=False)
+class Filter(Node):
+    input: Node = field(default=None)  # type: ignore[assignment]
+    predicate: exp.Expression = field(default=None)  # type: ignore[assignment]
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        return f"Filter {self.predicate.sql(dialect='postgres')}"
+
+
+@dataclass(frozen=True, eq=False)
+class Map(Node):
+    input: Node = field(default=None)  # type: ignore[assignment]
+    exprs: tuple[exp.Expression, ...] = ()
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        return "Map " + ", ".join(e.sql(dialect="postgres") for e in self.exprs)
+
+
+@dataclass(frozen=True, eq=False)
+class UnionAll(Node):
+    branches: tuple[Node, ...] = ()
+
+    def inputs(self) -> tuple[Node, ...]:
+        return self.branches
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Node):
+    """Equi-join by key; `columns` are the left's then the right's."""
+
+    left: Node = field(default=None)  # type: ignore[assignment]
+    right: Node = field(default=None)  # type: ignore[assignment]
+    kind: str = "inner"  # inner, left, right, full
+    left_keys: tuple[exp.Expression, ...] = ()
+    right_keys: tuple[exp.Expression, ...] = ()
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    def describe(self) -> str:
+        keys = ", ".join(f"{a.sql(dialect='postgres')} = {b.sql(dialect='postgres')}"
+                         for a, b in zip(self.left_keys, self.right_keys, strict=True)) or "true"
+        return f"Join {self.kind} on {keys} (both sides indexed by key)"
+
+
+@dataclass(frozen=True, eq=False)
+class AggCall:
+    fn: str  # count_star, count, count_distinct, sum, avg, min, max, bool_and, bool_or
+    arg: exp.Expression | None
+
+
+INCREMENTAL_AGGREGATES = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max", "bool_and",
+                          "bool_or")
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce(Node):
+    """GROUP BY: `columns` are the group keys' then the aggregates'."""
+
+    input: Node = field(default=None)  # type: ignore[assignment]
+    group: tuple[exp.Expression, ...] = ()
+    aggs: tuple[AggCall, ...] = ()
+    global_: bool = False  # no GROUP BY: one row even over no input
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        keys = ", ".join(g.sql(dialect="postgres") for g in self.group) or "()"
+        aggs = ", ".join(f"{a.fn}({a.arg.sql(dialect='postgres') if a.arg is not None else '*'})" for a in self.aggs)
+        return f"Reduce by {keys}" + (f": {aggs}" if aggs else " (distinct)")
+
+
+@dataclass(frozen=True, eq=False)
+class SortKey:
+    expr: exp.Expression
+    desc: bool
+    nulls_first: bool
+
+
+@dataclass(frozen=True, eq=False)
+class TopN(Node):
+    """The first `limit` rows (after `offset`) of each partition in `order`; `columns` = input's."""
+
+    input: Node = field(default=None)  # type: ignore[assignment]
+    partition: tuple[exp.Expression, ...] = ()
+    order: tuple[SortKey, ...] = ()
+    limit: int | None = None
+    offset: int = 0
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        keys = ", ".join(p.sql(dialect="postgres") for p in self.partition) or "()"
+        order = ", ".join(k.expr.sql(dialect="postgres") + (" DESC" if k.desc else "") for k in self.order)
+        return f"TopN {self.limit} offset {self.offset} per partition {keys} by {order}"
+
+
+@dataclass(frozen=True, eq=False)
+class Recompute(Node):
+    """At a view's top only: `query` (over a relation `__p` with the input's columns) recomputed
+    for each partition (by `partition`) that changed: the old result retracted, the new added."""
+
+    input: Node = field(default=None)  # type: ignore[assignment]
+    partition: tuple[exp.Expression, ...] = ()
+    query: exp.Select = field(default=None)  # type: ignore[assignment]
+    why: str = ""
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        keys = ", ".join(p.sql(dialect="postgres") for p in self.partition) or "() (the whole input)"
+        return f"Recompute per partition {keys} ({self.why}): {self.query.sql(dialect='postgres')}"
+
+
+STATEFUL = (Join, Reduce, TopN, Recompute)
+PARTITION_TABLE = "__p"
+
+
+@dataclass(frozen=True, eq=False)
+class Dataflow:
+    root: Node
+    names: tuple[str, ...]  # the view's column names, one per root column
+
+    def nodes(self) -> list[Node]:
+        """Every node, inputs before the nodes that read them, in a deterministic order."""
+        out: list[Node] = []
+        seen: set[int] = set()
+
+        def visit(n: Node) -> None:
+            if id(n) in seen:
+                return
+            seen.add(id(n))
+            for i in n.inputs():
+                visit(i)
+            out.append(n)
+
+        visit(self.root)
+        return out
+
+    def stateful(self) -> list[Node]:
+        return [n for n in self.nodes() if isinstance(n, STATEFUL)]
+
+    def relations(self) -> list[int]:
+        return sorted({n.relation_id for n in self.nodes() if isinstance(n, Scan)})
+
+    def depth(self) -> int:
+        return level(self.root)
+
+    def explain(self) -> list[str]:
+        lines: list[str] = []
+
+        def show(n: Node, indent: int) -> None:
+            lines.append("  " * indent + n.describe())
+            for i in n.inputs():
+                show(i, indent + 1)
+
+        show(self.root, 0)
+        return lines
+
+
+def level(n: Node) -> int:
+    """The stateful layer a node's output is available after (0: the log itself)."""
+    below = max((level(i) for i in n.inputs()), default=0)
+    return below + 1 if isinstance(n, STATEFUL) else below
+
+
+def append_only(n: Node) -> bool:
+    """Whether the node's output only ever grows (no retractions)."""
+    if isinstance(n, Scan):
+        return n.append_only
+    if isinstance(n, (Filter, Map, UnionAll)):
+        return all(append_only(i) for i in n.inputs())
+    if isinstance(n, Join):
+        return n.kind == "inner" and append_only(n.left) and append_only(n.right)
+    return False
+
+
+# ---- lowering ------------------------------------------------------------------------------
+
+# (alias, column) -> internal column name; alias None for a column of an unaliased result
+Env = dict[tuple[str, str], str]
+
+
+def _norm(name: str | None) -> str:
+    return (name or "").lower()
+
+
+def _col(name: str, like: exp.Expression | None = None) -> exp.Column:
+    c = exp.column(name)
+    if like is not None and like.type is not None:
+        c.type = like.type
+    return c
+
+
+def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    if e is None:
+        return []
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    return [e]
+
+
+def _and(parts: list[exp.Expression]) -> exp.Expression | None:
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.And(this=out, expression=p)
+    return out
+
+
+def _agg_fn(node: exp.Expression) -> tuple[str, exp.Expression | None] | None:
+    """(incremental aggregate, argument) of an aggregate call, or None if it has no incremental form."""
+    if isinstance(node, exp.Count):
+        arg = node.this
+        if isinstance(arg, exp.Star) or arg is None:
+            return "count_star", None
+        if isinstance(arg, exp.Distinct):
+            if len(arg.expressions) != 1:
+                return None
+            return "count_distinct", arg.expressions[0]
+        return "count", arg
+    if isinstance(node.this, exp.Distinct):
+        return None  # sum(DISTINCT x), avg(DISTINCT x)
+    for cls, fn in ((exp.Sum, "sum"), (exp.Avg, "avg"), (exp.Min, "min"), (exp.Max, "max"),
+                    (exp.LogicalAnd, "bool_and"), (exp.LogicalOr, "bool_or")):
+        if type(node) is cls:
+            return fn, node.this
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "every" and len(node.expressions) == 1:
+        return "bool_and", node.expressions[0]
+    return None
+
+
+def _bare_aggregate(node: Any) -> bool:
+    if isinstance(node, exp.AggFunc):
+        return not isinstance(node.parent, exp.Window)
+    return isinstance(node, exp.Anonymous) and node.name.lower() == "every" and not isinstance(node.parent, exp.Window)
+
+
+def _is_aggregate(node: exp.Expression) -> bool:
+    """An aggregate call: `agg(...)`, or `agg(...) FILTER (WHERE ...)` as a whole (not its inner call)."""
+    if isinstance(node, exp.Filter):
+        return _bare_aggregate(node.this)
+    return _bare_aggregate(node) and not isinstance(node.parent, exp.Filter)
+
+
+def _has_subquery(node: exp.Expression) -> bool:
+    return any(isinstance(n, (exp.Subquery, exp.Select, exp.Exists)) for n in node.walk() if n is not node) or \
+        isinstance(node, (exp.Subquery, exp.Exists))
+
+
+class Lowering:
+    """Lowers one resolved, qualified and typed query into nodes."""
+
+    def __init__(self, inputs: tuple[RelationInput, ...], catalog: CatalogSnapshot) -> None:
+        self.inputs = {i.registered_name: i for i in inputs}
+        self.catalog = catalog
+        self._names = itertools.count()
+
+    def fresh(self) -> str:
+        return f"c{next(self._names)}"
+
+    # -- expressions --
+
+    def rewrite(self, e: Any, env: Env) -> exp.Expression:
+        """`e` over the internal names of `env` (a copy)."""
+        if _has_subquery(e):
+            raise Unsupported("subqueries in expressions")
+
+        def fix(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column):
+                if isinstance(node.this, exp.Star):
+                    raise Unsupported("* in an expression")
+                key = (_norm(node.table), _norm(node.name))
+                name = env.get(key)
+                if name is None and not node.table:
+                    matches = {v for (a, c), v in env.items() if c == key[1]}
+                    name = matches.pop() if len(matches) == 1 else None
+                if name is None:
+                    raise Unsupported(f"column {node.sql(dialect='postgres')} from outside the query")
+                return _col(name, node)
+            if isinstance(node, exp.Window):
+                raise Unsupported("window functions below the top of the view")
+            return node
+
+        return e.copy().transform(fix)
+
+    # -- queries --
+
+    def query(self, q: exp.Expression) -> tuple[Node, list[str]]:
+        if isinstance(q, exp.Subquery):
+            return self.query(q.this)
+        if isinstance(q, exp.Union):
+            return self.union(q)
+        if isinstance(q, exp.Select):
+            return self.select(q, top=False)
+        raise Unsupported(f"{type(q).__name__} queries")
+
+    def union(self, q: exp.Union) -> tuple[Node, list[str]]:
+        if q.args.get("order") or q.args.get("limit") or q.args.get("offset"):
+            raise Unsupported("ORDER BY or LIMIT on a UNION")
+        branches: list[Node] = []
+        names: list[str] | None = None
+        for side in (q.this, q.expression):
+            node, side_names = self.query(side)
+            names = names or side_names
+            if isinstance(node, UnionAll) and not isinstance(side, exp.Subquery):
+                branches.extend(node.branches)
+            else:
+                branches.append(node)
+        assert names is not None
+        width = len(branches[0].columns)
+        if any(len(b.columns) != width for b in branches):
+            raise Unsupported("UNION branches of different widths")
+        cols = tuple(self.fresh() for _ in range(width))
+        # Each branch renamed to the union's columns, so every branch reads alike downstream.
+        renamed = tuple(Map(cols, b, tuple(_col(c) for c in b.columns)) for b in branches)
+        union: Node = UnionAll(cols, renamed)
+        if q.args.get("distinct"):
+            union = self.distinct(union)
+        return union, names
+
+    def distinct(self, node: Node) -> Node:
+        cols = tuple(self.fresh() for _ in node.columns)
+        return Reduce(cols, node, tuple(_col(c) for c in node.columns), ())
+
+    def from_item(self, item: exp.Expression) -> tuple[Node, Env]:
+        alias = _norm(item.alias_or_name)
+        if isinstance(item, exp.Table):
+            if item.args.get("joins") or not isinstance(item.this, exp.Identifier):
+                raise Unsupported(f"FROM {item.sql(dialect='postgres')}")
+            inp = self.inputs.get(item.name)
+            if inp is None or inp.relation_id is None:
+                raise Unsupported(f"reading {item.name}")
+            if inp.mode != "state":
+                raise Unsupported("SELECT STREAM in a view")
+            rel = self.catalog.by_id(inp.relation_id)
+            if rel is None:
+                raise Unsupported(f"relation {inp.relation_id} is gone")
+            if rel.schemaless:
+                raise Unsupported("schemaless streams")
+            names = [n for n, _ in inp.columns if n != ROWKEY]
+            cols = tuple(self.fresh() for _ in names)
+            from streamdb.planner.aggregate import append_only as relation_append_only
+
+            scan = Scan(cols, inp.relation_id, tuple(names), relation_append_only(rel))
+            return scan, {(alias, _norm(n)): c for n, c in zip(names, cols, strict=True)}
+        if isinstance(item, exp.Subquery):
+            node, names = self.query(item.this)
+            col_aliases = [_norm(c.name) for c in item.args["alias"].columns] if item.args.get("alias") and \
+                item.args["alias"].columns else []
+            shown = col_aliases + [_norm(n) for n in names[len(col_aliases):]]
+            return node, {(alias, n): c for n, c in zip(shown, node.columns, strict=True)}
+        raise Unsupported(f"FROM {type(item).__name__}")
+
+    def from_clause(self, s: exp.Select) -> tuple[Node, Env]:
+        frm = s.args.get("from_") or s.args.get("from")
+        if frm is None:
+            raise Unsupported("a query without FROM")
+        node, env = self.from_item(frm.this)
+        for j in s.args.get("joins") or []:
+            node, env = self.join(node, env, j)
+        return node, env
+
+    def join(self, left: Node, left_env: Env, j: exp.Join) -> tuple[Node, Env]:
+        if j.args.get("using"):
+            raise Unsupported("JOIN ... USING without a typed plan")
+        kind = (j.side or "").lower() or "inner"
+        if (j.kind or "").upper() in ("CROSS",) or kind not in ("inner", "left", "right", "full"):
+            if (j.kind or "").upper() == "CROSS":
+                kind = "inner"
+            else:
+                raise Unsupported(f"{j.kind or j.side} joins")
+        if (j.kind or "").upper() in ("SEMI", "ANTI", "ASOF"):
+            raise Unsupported(f"{j.kind} joins")
+        right, right_env = self.from_item(j.this)
+        env = {**left_env, **right_env}
+        left_cols, right_cols = set(left.columns), set(right.columns)
+        lkeys: list[exp.Expression] = []
+        rkeys: list[exp.Expression] = []
+        residual: list[exp.Expression] = []
+        for c in _conjuncts(j.args.get("on")):
+            rc = self.rewrite(c, env)
+            used = {col.name for col in rc.find_all(exp.Column)}
+            if isinstance(rc, exp.EQ):
+                a, b = rc.this, rc.expression
+                ua = {x.name for x in a.find_all(exp.Column)}
+                ub = {x.name for x in b.find_all(exp.Column)}
+                if ua and ub and ua <= left_cols and ub <= right_cols:
+                    lkeys.append(a)
+                    rkeys.append(b)
+                    continue
+                if ua and ub and ua <= right_cols and ub <= left_cols:
+                    lkeys.append(b)
+                    rkeys.append(a)
+                    continue
+            if kind == "inner" or not used:
+                residual.append(rc)
+            elif kind == "left" and used <= right_cols:
+                right = Filter(right.columns, right, rc)  # filters the rows that can match
+            elif kind == "right" and used <= left_cols:
+                left = Filter(left.columns, left, rc)
+            else:
+                raise Unsupported("an outer join condition over both sides that is not an equality")
+        node: Node = Join(left.columns + right.columns, left, right, kind, tuple(lkeys), tuple(rkeys))
+        pred = _and(residual)
+        if pred is not None:
+            node = Filter(node.columns, node, pred)
+        return node, env
+
+    def select(self, s: exp.Select, top: bool) -> tuple[Node, list[str]]:
+        if s.args.get("with"):
+            raise Unsupported("WITH")
+        for arg in ("laterals", "qualify", "windows", "connect", "pivots", "match"):
+            if s.args.get(arg):
+                raise Unsupported(arg.upper())
+        topn = self.row_number_filter(s)
+        if topn is not None:
+            return topn
+        node, env = self.from_clause(s)
+        where = s.args.get("where")
+        if where is not None:
+            node = Filter(node.columns, node, self.rewrite(where.this, env))
+        exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in s.expressions]
+        names = [e.alias_or_name for e in s.expressions]
+        having = s.args.get("having")
+        group = s.args.get("group")
+        has_agg = any(_bare_aggregate(n) for e in exprs for n in e.walk()) or (
+            having is not None and any(_bare_aggregate(n) for n in having.walk()))
+        windows = [n for e in exprs for n in e.find_all(exp.Window)]
+        order = s.args.get("order")
+        limit = s.args.get("limit")
+        offset = s.args.get("offset")
+        distinct = s.args.get("distinct")
+
+        post: Env | None = None
+        group_exprs: list[exp.Expression] = []
+        if group is not None or has_agg:
+            if group is not None and (group.args.get("grouping_sets") or group.args.get("cube")
+                                      or group.args.get("rollup")):
+                raise Unsupported("GROUPING SETS, CUBE and ROLLUP")
+            group_exprs = [self.rewrite(g, env) for g in (group.expressions if group is not None else [])]
+            calls: list[tuple[exp.Expression, AggCall | None]] = []
+            for e in [*exprs, *([having.this] if having is not None else []),
+                      *([o.this for o in order.expressions] if order is not None else [])]:
+                for n in e.walk():
+                    if _is_aggregate(n) and not any(_is_aggregate(a) for a in _ancestors(n, e)):
+                        calls.append((n, self.agg_call(n, env)))
+            if any(c is None for _, c in calls) or windows:
+                if not top or order is not None or limit is not None or distinct is not None:
+                    raise Unsupported("aggregates without an incremental form (recomputed per group)")
+                why = "window functions" if windows else "aggregates without an incremental form"
+                return self.recompute(s, node, env, group_exprs, why), names
+            node, post = self.reduce(node, group_exprs, calls, group is None)
+            if having is not None:
+                node = Filter(node.columns, node, self.rewrite_post(having.this, env, post, group_exprs))
+        elif windows:
+            if not top or order is not None or limit is not None or distinct is not None:
+                raise Unsupported("window functions below the top of the view")
+            return self.recompute(s, node, env, [], "window functions"), names
+
+        def project(e: Any) -> exp.Expression:
+            return self.rewrite_post(e, env, post, group_exprs) if post is not None else self.rewrite(e, env)
+
+        out_exprs = [project(e) for e in exprs]
+        if isinstance(distinct, exp.Distinct) and distinct.args.get("on") is not None:
+            on = [project(e) for e in distinct.args["on"].expressions]
+            keys = self.sort_keys(order, project, names, out_exprs)
+            node = self.topn_over(node, out_exprs, on, keys, 1, 0)
+            return node, names
+        if order is not None and (limit is not None or offset is not None):
+            keys = self.sort_keys(order, project, names, out_exprs)
+            if distinct is not None:
+                raise Unsupported("DISTINCT with ORDER BY ... LIMIT")
+            node = self.topn_over(node, out_exprs, [], keys, _count(limit), _count(offset) or 0)
+            return node, names
+        if limit is not None or offset is not None:
+            raise Unsupported("LIMIT without ORDER BY (no defined rows to keep)")
+        cols = tuple(self.fresh() for _ in out_exprs)
+        node = Map(cols, node, tuple(out_exprs))
+        if distinct is not None:
+            node = self.distinct(node)
+        return node, names
+
+    def agg_call(self, n: exp.Expression, env: Env) -> AggCall | None:
+        inner = n
+        cond = None
+        if isinstance(n, exp.Filter):
+            inner = n.this
+            cond = self.rewrite(n.expression.this, env)
+        found = _agg_fn(inner)
+        if found is None:
+            return None
+        fn, arg = found
+        rarg = self.rewrite(arg, env) if arg is not None else None
+        if cond is not None:
+            # agg(x) FILTER (WHERE c) is agg(CASE WHEN c THEN x END); count(*) counts a constant.
+            value = rarg if rarg is not None else exp.Literal.number(1)
+            rarg = exp.Case(ifs=[exp.If(this=cond, true=value)])
+            if fn == "count_star":
+                fn = "count"
+        return AggCall(fn, rarg)
+
+    def reduce(self, node: Node, group: list[exp.Expression],
+               calls: list[tuple[exp.Expression, AggCall | None]], global_: bool) -> tuple[Node, Env]:
+        aggs: list[AggCall] = []
+        post: Env = {}
+        seen: dict[str, int] = {}
+        for n, call in calls:
+            assert call is not None
+            key = n.sql(dialect="postgres")
+            if key not in seen:
+                seen[key] = len(aggs)
+                aggs.append(call)
+        gcols = tuple(self.fresh() for _ in group)
+        acols = tuple(self.fresh() for _ in aggs)
+        for i, g in enumerate(group):
+            post[("__group", g.sql(dialect="postgres"))] = gcols[i]
+        for key, j in seen.items():
+            post[("__agg", key)] = acols[j]
+        return Reduce(gcols + acols, node, tuple(group), tuple(aggs), global_), post
+
+    def rewrite_post(self, e: exp.Expression, env: Env, post: Env, group: list[exp.Expression]) -> exp.Expression:
+        """An expression after GROUP BY: aggregates and group keys become the Reduce's columns."""
+        if _has_subquery(e):
+            raise Unsupported("subqueries in expressions")
+
+        def fix(node: exp.Expression) -> exp.Expression:
+            if _is_aggregate(node):
+                name = post.get(("__agg", node.sql(dialect="postgres")))
+                if name is None:
+                    raise Unsupported(f"aggregate {node.sql(dialect='postgres')}")
+                return _col(name, node)
+            if isinstance(node, (exp.Literal, exp.Null, exp.Boolean)):
+                return node
+            try:
+                pre = self.rewrite(node, env).sql(dialect="postgres")
+            except Unsupported:
+                return node
+            name = post.get(("__group", pre))
+            if name is not None:
+                return _col(name, node)
+            if isinstance(node, exp.Column):
+                raise Unsupported(f"column {node.sql(dialect='postgres')} outside GROUP BY")
+            return node
+
+        return e.copy().transform(fix)
+
+    def sort_keys(self, order: exp.Order | None, project, names: list[str],
+                  out_exprs: list[exp.Expression]) -> list[SortKey]:
+        keys: list[SortKey] = []
+        for o in (order.expressions if order is not None else []):
+            target = o.this
+            expr = None
+            if isinstance(target, exp.Column) and not target.table and target.name in names:
+                expr = out_exprs[names.index(target.name)]
+            elif isinstance(target, exp.Literal) and not target.is_string:
+                expr = out_exprs[int(target.name) - 1]
+            if expr is None:
+                expr = project(target)
+            desc = bool(o.args.get("desc"))
+            nulls_first = o.args.get("nulls_first")
+            keys.append(SortKey(expr, desc, bool(nulls_first) if nulls_first is not None else desc))
+        return keys
+
+    def topn_over(self, node: Node, out_exprs: list[exp.Expression], partition: list[exp.Expression],
+                  keys: list[SortKey], limit: int | None, offset: int) -> Node:
+        """TopN over the projected rows: the sort keys and partition are computed beside the output
+        columns (hidden), ranked, then dropped."""
+        hidden = [*partition, *(k.expr for k in keys)]
+        cols = tuple(self.fresh() for _ in (*out_exprs, *hidden))
+        mapped = Map(cols, node, (*out_exprs, *hidden))
+        n_out = len(out_exprs)
+        part = tuple(_col(c, e) for c, e in zip(cols[n_out:n_out + len(partition)], partition, strict=True))
+        order = tuple(SortKey(_col(c, k.expr), k.desc, k.nulls_first)
+                      for c, k in zip(cols[n_out + len(partition):], keys, strict=True))
+        ranked = TopN(cols, mapped, part, order, limit, offset)
+        final = tuple(self.fresh() for _ in out_exprs)
+        return Map(final, ranked, tuple(_col(c, e) for c, e in zip(cols[:n_out], out_exprs, strict=True)))
+
+    def row_number_filter(self, s: exp.Select) -> tuple[Node, list[str]] | None:
+        """`SELECT .. FROM (SELECT .., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn FROM x) q
+        WHERE rn <= N` (or rn < N, rn = 1) without rn in the output: a TopN."""
+        frm = s.args.get("from_") or s.args.get("from")
+        where = s.args.get("where")
+        if frm is None or where is None or s.args.get("joins") or s.args.get("group") or \
+                not isinstance(frm.this, exp.Subquery) or not isinstance(frm.this.this, exp.Select):
+            return None
+        inner: exp.Select = frm.this.this
+        rn_name = None
+        spec = None
+        for e in inner.expressions:
+            if isinstance(e, exp.Alias) and isinstance(e.this, exp.Window) and isinstance(e.this.this, exp.RowNumber):
+                rn_name, spec = _norm(e.alias), e.this
+        if rn_name is None or spec is None:
+            return None
+        limit = None
+        rest: list[exp.Expression] = []
+        for c in _conjuncts(where.this):
+            bound = _rank_bound(c, rn_name)
+            if bound is not None and limit is None:
+                limit = bound
+            else:
+                rest.append(c)
+        if limit is None:
+            return None
+        if any(isinstance(n, exp.Column) and _norm(n.name) == rn_name for e in [*s.expressions, *rest]
+               for n in e.walk()):
+            return None  # the row number itself is shown: recomputed
+        others = [e for e in inner.expressions if not (isinstance(e, exp.Alias) and e.this is spec)]
+        if any(n for e in others for n in e.find_all(exp.Window)) or inner.args.get("group") or \
+                inner.args.get("distinct") or inner.args.get("order") or inner.args.get("limit"):
+            return None
+        node, env = self.from_clause(inner)
+        if inner.args.get("where") is not None:
+            node = Filter(node.columns, node, self.rewrite(inner.args["where"].this, env))
+        inner_exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in others]
+        inner_names = [_norm(e.alias_or_name) for e in others]
+        partition = [self.rewrite(p, env) for p in spec.args.get("partition_by") or []]
+        keys = self.sort_keys(spec.args.get("order"), lambda e: self.rewrite(e, env), [], [])
+        projected = [self.rewrite(e, env) for e in inner_exprs]
+        ranked = self.topn_over(node, projected, partition, keys, limit, 0)
+        alias = _norm(frm.this.alias_or_name)
+        outer_env = {(alias, n): c for n, c in zip(inner_names, ranked.columns, strict=True)}
+        node = ranked
+        if rest:
+            node = Filter(node.columns, node, self.rewrite(_and(rest), outer_env))  # type: ignore[arg-type]
+        exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in s.expressions]
+        cols = tuple(self.fresh() for _ in exprs)
+        return Map(cols, node, tuple(self.rewrite(e, outer_env) for e in exprs)), \
+            [e.alias_or_name for e in s.expressions]
+
+    def recompute(self, s: exp.Select, node: Node, env: Env, group: list[exp.Expression], why: str) -> Node:
+        """The SELECT recomputed per partition: by its GROUP BY keys, or its windows' PARTITION BY."""
+        partition = group
+        if not group:
+            specs = {tuple(p.sql(dialect="postgres") for p in w.args.get("partition_by") or [])
+                     for w in s.find_all(exp.Window)}
+            if len(specs) == 1:
+                w = next(iter(s.find_all(exp.Window)))
+                partition = [self.rewrite(p, env) for p in w.args.get("partition_by") or []]
+        query: Any = s.copy()
+        query.set("from_", exp.From(this=exp.to_table(PARTITION_TABLE)))
+        query.set("joins", None)
+        query.set("where", None)
+
+        def fix(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
+                return self.rewrite(n, env)
+            return n
+
+        query = query.transform(fix)
+        return Recompute(tuple(self.fresh() for _ in s.expressions), node, tuple(partition), query, why)
+
+
+def _ancestors(n: exp.Expression, stop: exp.Expression) -> list[Any]:
+    out: list[Any] = []
+    p = n.parent
+    while p is not None and p is not stop.parent:
+        out.append(p)
+        if p is stop:
+            break
+        p = p.parent
+    return out
+
+
+def _count(node: exp.Expression | None) -> int | None:
+    if node is None:
+        return None
+    value = node.args.get("expression") or node.this
+    if isinstance(value, exp.Literal) and not value.is_string:
+        return int(value.name)
+    raise Unsupported("a LIMIT or OFFSET that is not a constant")
+
+
+def _rank_bound(c: exp.Expression, rn: str) -> int | None:
+    """N for `rn <= N`, `rn < N + 1`, `rn = 1` (and mirrored), else None."""
+    def is_rn(x: exp.Expression) -> bool:
+        return isinstance(x, exp.Column) and _norm(x.name) == rn
+
+    def number(x: exp.Expression) -> int | None:
+        return int(x.name) if isinstance(x, exp.Literal) and not x.is_string and x.name.isdigit() else None
+
+    a, b = c.args.get("this"), c.args.get("expression")
+    if a is None or b is None:
+        return None
+    if is_rn(b) and not is_rn(a):
+        a, b = b, a
+        flip: dict[type, type] = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ}
+        kind: type | None = flip.get(type(c))
+    else:
+        kind = type(c)
+    if not is_rn(a) or (n := number(b)) is None:
+        return None
+    if kind is exp.LTE:
+        return n
+    if kind is exp.LT:
+        return n - 1
+    if kind is exp.EQ and n == 1:
+        return 1
+    return None
+
+
+def plan_dataflow(resolved: exp.Expression, inputs: tuple[RelationInput, ...], catalog: CatalogSnapshot,
+                  names: tuple[str, ...]) -> Dataflow:
+    """The view's dataflow, from its query resolved, qualified and typed (`_typed_copy`); raises
+    Unsupported with the reason when a part of it has no incremental form here."""
+    low = Lowering(inputs, catalog)
+    if isinstance(resolved, exp.Select):
+        node, _ = low.select(resolved, top=True)
+    else:
+        node, _ = low.query(resolved)
+    if len(node.columns) != len(names):
+        raise Unsupported("a result whose columns could not be matched")
+    return Dataflow(node, names)

@@ -1,0 +1,44 @@
+package streamdb.spark;
+
+import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+
+/** Entry points called from Python (py4j): one stateful layer over a stream of change records. */
+public final class Layers {
+  /** A change record between layers; see Rec. */
+  public static final StructType RECORD = new StructType()
+      .add("op", DataTypes.IntegerType, false)
+      .add("side", DataTypes.IntegerType, true)
+      .add("k", DataTypes.StringType, true)
+      .add("row", DataTypes.StringType, true)
+      .add("row2", DataTypes.StringType, true)
+      .add("a", DataTypes.createArrayType(DataTypes.StringType, true), true)
+      .add("w", DataTypes.LongType, false);
+
+  static final StructType KEY = new StructType()
+      .add("op", DataTypes.IntegerType, false)
+      .add("k", DataTypes.StringType, true);
+
+  private Layers() {}
+
+  /** The layer's output changes: `records` (in RECORD's columns) through the operators of `spec`. */
+  public static Dataset<Row> layer(Dataset<Row> records, String spec) {
+    Spec.parse(spec);  // a bad spec fails here, on the driver, not in a task
+    Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w");
+    return input
+        .groupByKey((MapFunction<Row, Row>) r -> RowFactory.create(r.getInt(0), r.isNullAt(2) ? "" : r.getString(2)),
+                    Encoders.row(KEY))
+        .transformWithState(new DeltaProcessor(spec), TimeMode.None(), OutputMode.Append(), Encoders.row(RECORD));
+  }
+
+  public static String recordSchemaJson() {
+    return RECORD.json();
+  }
+}

@@ -1,0 +1,599 @@
+package streamdb.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import java.math.BigDecimal;
+import java.math.MathContext;
+import java.math.RoundingMode;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * The incremental operators, one call per (operator instance, key) and micro-batch: the key's
+ * changes go in, the changes of the operator's output come out (DBSP: every relation is a
+ * multiset of rows with integer weights). Work is proportional to the changes and to the state
+ * of the keys they touch, never to the whole input.
+ */
+public final class Operators {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final int AVG_SCALE = 20;
+
+  private Operators() {}
+
+  public static void apply(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
+    switch (s.kind) {
+      case JOIN:
+        join(s, key, in, st, out);
+        break;
+      case REDUCE:
+        reduce(s, key, in, st, out);
+        break;
+      case TOPN:
+        topn(s, key, in, st, out);
+        break;
+      case ARRANGE:
+        arrange(s, key, in, st, out);
+        break;
+      default:
+        while (in.hasNext()) {
+          out.add(in.next());
+        }
+    }
+  }
+
+  // ---- join: the delta rule over both sides indexed by the join key ----------------------
+
+  /**
+   * Records are applied one at a time, each against the other side as it stands, which sums to
+   * dA x B + A x dB + dA x dB. Outer joins pad a row with NULLs while the other side of its key
+   * is empty; when that side becomes empty or non-empty the padded rows are retracted or emitted.
+   */
+  static void join(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
+    long[] totals = longs(st.value(), 2);
+    @SuppressWarnings("unchecked")
+    Map<String, Long>[] sides = new Map[2];
+    Map<List<String>, Long> emitted = new LinkedHashMap<>();
+    while (in.hasNext()) {
+      Rec r = in.next();
+      if (r.w == 0 || r.row == null) {
+        continue;
+      }
+      int me = r.side == 0 ? 0 : 1;
+      int other = 1 - me;
+      Map<String, Long> others = side(sides, other, st);
+      for (Map.Entry<String, Long> e : others.entrySet()) {
+        emit(emitted, me == 0 ? r.row : e.getKey(), me == 0 ? e.getKey() : r.row, r.w * e.getValue());
+      }
+      boolean myOuter = me == 0 ? s.leftOuter() : s.rightOuter();
+      boolean otherOuter = me == 0 ? s.rightOuter() : s.leftOuter();
+      if (myOuter && totals[other] == 0) {
+        emit(emitted, me == 0 ? r.row : null, me == 0 ? null : r.row, r.w);
+      }
+      long before = totals[me];
+      long after = before + r.w;
+      if (otherOuter && (before == 0) != (after == 0)) {
+        long sign = before == 0 ? -1 : 1;  // the other side's padded rows go away, or come back
+        for (Map.Entry<String, Long> e : others.entrySet()) {
+          emit(emitted, me == 0 ? null : e.getKey(), me == 0 ? e.getKey() : null, sign * e.getValue());
+        }
+      }
+      long n = st.add(me, r.row, r.w);
+      if (sides[me] != null) {
+        if (n == 0) {
+          sides[me].remove(r.row);
+        } else {
+          sides[me].put(r.row, n);
+        }
+      }
+      totals[me] = after;
+    }
+    if (totals[0] == 0 && totals[1] == 0) {
+      st.clearValue();
+    } else {
+      st.setValue(totals[0] + "," + totals[1]);
+    }
+    for (Map.Entry<List<String>, Long> e : emitted.entrySet()) {
+      if (e.getValue() != 0) {
+        out.add(new Rec(s.id, 0, key, e.getKey().get(0), e.getKey().get(1), null, e.getValue()));
+      }
+    }
+  }
+
+  private static Map<String, Long> side(Map<String, Long>[] sides, int which, KeyState st) {
+    if (sides[which] == null) {
+      Map<String, Long> m = new LinkedHashMap<>();
+      for (Iterator<Map.Entry<String, Long>> it = st.entries(which); it.hasNext(); ) {
+        Map.Entry<String, Long> e = it.next();
+        m.put(e.getKey(), e.getValue());
+      }
+      sides[which] = m;
+    }
+    return sides[which];
+  }
+
+  private static void emit(Map<List<String>, Long> emitted, String left, String right, long w) {
+    if (w != 0) {
+      emitted.merge(Arrays.asList(left, right), w, Long::sum);
+    }
+  }
+
+  // ---- reduce: GROUP BY with aggregates that retract ---------------------------------------
+
+  /** Partial aggregates of one group: the sum of weights, then per aggregate its partial values. */
+  static final class Partials {
+    long n;
+    final List<String[]> p = new ArrayList<>();
+
+    static Partials empty(Spec.Op s) {
+      Partials x = new Partials();
+      for (Spec.Agg a : s.aggs) {
+        x.p.add(initial(a));
+      }
+      return x;
+    }
+
+    static String[] initial(Spec.Agg a) {
+      switch (a.fn) {
+        case "count_star":
+          return new String[0];
+        case "count":
+        case "count_distinct":
+          return new String[] {"0"};
+        case "sum":
+        case "avg":
+          return new String[] {"0", "0", "0", "0", "0"};  // count, exact sum, NaN, +inf, -inf
+        default:
+          return new String[] {"0", null};  // count, current value (min/max) or trues (bool_*)
+      }
+    }
+
+    static Partials parse(String text, Spec.Op s) {
+      try {
+        JsonNode root = JSON.readTree(text);
+        Partials x = new Partials();
+        x.n = root.get(0).asLong();
+        for (int j = 0; j < s.aggs.size(); j++) {
+          JsonNode node = root.get(j + 1);
+          String[] v = new String[node.size()];
+          for (int i = 0; i < v.length; i++) {
+            v[i] = node.get(i).isNull() ? null : node.get(i).asText();
+          }
+          x.p.add(v);
+        }
+        return x;
+      } catch (Exception e) {
+        throw new IllegalStateException("corrupt aggregate state: " + e.getMessage(), e);
+      }
+    }
+
+    String serialize() {
+      ArrayNode root = JSON.createArrayNode();
+      root.add(n);
+      for (String[] v : p) {
+        ArrayNode a = root.addArray();
+        for (String x : v) {
+          if (x == null) {
+            a.addNull();
+          } else {
+            a.add(x);
+          }
+        }
+      }
+      return root.toString();
+    }
+  }
+
+  static void reduce(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
+    String stored = st.value();
+    Partials p = stored == null ? Partials.empty(s) : Partials.parse(stored, s);
+    boolean existed = stored != null && (s.global || p.n > 0);
+    String[] before = existed ? outputs(s, p) : null;
+    while (in.hasNext()) {
+      Rec r = in.next();
+      if (r.w == 0) {
+        continue;
+      }
+      p.n += r.w;
+      for (int j = 0; j < s.aggs.size(); j++) {
+        accumulate(s, j, s.aggs.get(j), p.p.get(j), r.arg(s.aggs.get(j).arg), r.w, st);
+      }
+    }
+    boolean exists = s.global || p.n > 0;
+    String[] after = exists ? outputs(s, p) : null;
+    if (exists) {
+      st.setValue(p.serialize());
+    } else {
+      st.clearValue();
+    }
+    if (existed && exists && Arrays.equals(before, after)) {
+      return;
+    }
+    if (existed) {
+      out.add(new Rec(s.id, 0, key, null, null, before, -1));
+    }
+    if (exists) {
+      out.add(new Rec(s.id, 0, key, null, null, after, 1));
+    }
+  }
+
+  private static void accumulate(Spec.Op s, int j, Spec.Agg a, String[] v, String x, long w, KeyState st) {
+    if (a.fn.equals("count_star") || x == null) {
+      return;
+    }
+    switch (a.fn) {
+      case "count":
+        v[0] = Long.toString(Long.parseLong(v[0]) + w);
+        return;
+      case "count_distinct": {
+        long n = st.add(0, "d" + j + ":" + x, w);
+        long was = n - w;
+        if (was <= 0 && n > 0) {
+          v[0] = Long.toString(Long.parseLong(v[0]) + 1);
+        } else if (was > 0 && n <= 0) {
+          v[0] = Long.toString(Long.parseLong(v[0]) - 1);
+        }
+        return;
+      }
+      case "sum":
+      case "avg": {
+        v[0] = Long.toString(Long.parseLong(v[0]) + w);
+        BigDecimal weight = BigDecimal.valueOf(w);
+        if (a.type == ValueType.DOUBLE) {
+          double d = Double.parseDouble(x);
+          int slot = Double.isNaN(d) ? 2 : d == Double.POSITIVE_INFINITY ? 3 : d == Double.NEGATIVE_INFINITY ? 4 : 1;
+          if (slot != 1) {
+            v[slot] = Long.toString(Long.parseLong(v[slot]) + w);
+            return;
+          }
+          v[1] = new BigDecimal(v[1]).add(new BigDecimal(d).multiply(weight)).toPlainString();
+        } else {
+          v[1] = new BigDecimal(v[1]).add(new BigDecimal(x).multiply(weight)).toPlainString();
+        }
+        return;
+      }
+      case "bool_and":
+      case "bool_or":
+        v[0] = Long.toString(Long.parseLong(v[0]) + w);
+        if (Boolean.parseBoolean(x)) {
+          v[1] = Long.toString((v[1] == null ? 0 : Long.parseLong(v[1])) + w);
+        }
+        return;
+      case "min":
+      case "max": {
+        v[0] = Long.toString(Long.parseLong(v[0]) + w);
+        boolean max = a.fn.equals("max");
+        if (s.appendOnly) {
+          if (w > 0 && (v[1] == null || better(a.type, max, x, v[1]))) {
+            v[1] = x;
+          }
+          return;
+        }
+        String prefix = "m" + j + ":";
+        long n = st.add(0, prefix + x, w);
+        if (w > 0 && (v[1] == null || better(a.type, max, x, v[1]))) {
+          v[1] = x;
+        } else if (w < 0 && n <= 0 && v[1] != null && a.type.compare(x, v[1]) == 0) {
+          v[1] = rescan(st, prefix, a.type, max);  // the extreme was retracted: find the next one
+        }
+        return;
+      }
+      default:
+        throw new IllegalArgumentException("unknown aggregate " + a.fn);
+    }
+  }
+
+  private static boolean better(ValueType t, boolean max, String x, String current) {
+    int c = t.compare(x, current);
+    return max ? c > 0 : c < 0;
+  }
+
+  private static String rescan(KeyState st, String prefix, ValueType t, boolean max) {
+    String best = null;
+    for (Iterator<Map.Entry<String, Long>> it = st.entries(0); it.hasNext(); ) {
+      Map.Entry<String, Long> e = it.next();
+      if (e.getValue() > 0 && e.getKey().startsWith(prefix)) {
+        String x = e.getKey().substring(prefix.length());
+        if (best == null || better(t, max, x, best)) {
+          best = x;
+        }
+      }
+    }
+    return best;
+  }
+
+  private static String[] outputs(Spec.Op s, Partials p) {
+    String[] out = new String[s.aggs.size()];
+    for (int j = 0; j < out.length; j++) {
+      Spec.Agg a = s.aggs.get(j);
+      String[] v = p.p.get(j);
+      switch (a.fn) {
+        case "count_star":
+          out[j] = Long.toString(p.n);
+          break;
+        case "count":
+        case "count_distinct":
+          out[j] = v[0];
+          break;
+        case "sum":
+        case "avg":
+          out[j] = sumOrAvg(a, v);
+          break;
+        case "bool_and":
+        case "bool_or": {
+          long c = Long.parseLong(v[0]);
+          long t = v[1] == null ? 0 : Long.parseLong(v[1]);
+          out[j] = c == 0 ? null : Boolean.toString(a.fn.equals("bool_and") ? t == c : t > 0);
+          break;
+        }
+        default:
+          out[j] = Long.parseLong(v[0]) == 0 ? null : v[1];
+      }
+    }
+    return out;
+  }
+
+  private static String sumOrAvg(Spec.Agg a, String[] v) {
+    long c = Long.parseLong(v[0]);
+    if (c == 0) {
+      return null;
+    }
+    BigDecimal sum = new BigDecimal(v[1]);
+    boolean avg = a.fn.equals("avg");
+    if (a.type == ValueType.DOUBLE) {
+      long nan = Long.parseLong(v[2]);
+      long pinf = Long.parseLong(v[3]);
+      long ninf = Long.parseLong(v[4]);
+      if (nan != 0 || (pinf != 0 && ninf != 0)) {
+        return "NaN";
+      }
+      if (pinf != 0) {
+        return "Infinity";
+      }
+      if (ninf != 0) {
+        return "-Infinity";
+      }
+      // The exact sum rounded once: the same whatever order the values came in.
+      return Double.toString(avg ? sum.divide(BigDecimal.valueOf(c), MathContext.DECIMAL128).doubleValue()
+                                 : sum.doubleValue());
+    }
+    if (!avg) {
+      return sum.toPlainString();
+    }
+    return sum.divide(BigDecimal.valueOf(c), Math.max(AVG_SCALE, sum.scale()), RoundingMode.HALF_UP).toPlainString();
+  }
+
+  // ---- top-N per partition -----------------------------------------------------------------
+
+  private static final class Ranked {
+    final String row;
+    long count;
+    final String[] keys;
+
+    Ranked(String row, long count, String[] keys) {
+      this.row = row;
+      this.count = count;
+      this.keys = keys;
+    }
+  }
+
+  /**
+   * The partition's rows with their counts and ORDER BY values, kept by row; the current top rows
+   * are cached in the value. Over append-only input only rows that can still reach the top are kept.
+   */
+  static void topn(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
+    Map<String, Long> before = parseTop(st.value());
+    boolean changed = false;
+    while (in.hasNext()) {
+      Rec r = in.next();
+      if (r.w == 0 || r.row == null) {
+        continue;
+      }
+      changed = true;
+      String stored = st.text(r.row);
+      long count = r.w;
+      String[] keys;
+      if (stored == null) {
+        keys = new String[s.order.size()];
+        for (int i = 0; i < keys.length; i++) {
+          keys[i] = r.arg(s.order.get(i).arg);
+        }
+      } else {
+        String[] parsed = parseStrings(stored);
+        count += Long.parseLong(parsed[0]);
+        keys = Arrays.copyOfRange(parsed, 1, parsed.length);
+      }
+      if (count == 0) {
+        st.removeText(r.row);
+      } else {
+        String[] all = new String[keys.length + 1];
+        all[0] = Long.toString(count);
+        System.arraycopy(keys, 0, all, 1, keys.length);
+        st.putText(r.row, strings(all));
+      }
+    }
+    if (!changed) {
+      return;
+    }
+    List<Ranked> rows = new ArrayList<>();
+    for (Iterator<Map.Entry<String, String>> it = st.texts(); it.hasNext(); ) {
+      Map.Entry<String, String> e = it.next();
+      String[] parsed = parseStrings(e.getValue());
+      long count = Long.parseLong(parsed[0]);
+      if (count > 0) {
+        rows.add(new Ranked(e.getKey(), count, Arrays.copyOfRange(parsed, 1, parsed.length)));
+      }
+    }
+    rows.sort(order(s));
+    Map<String, Long> after = new LinkedHashMap<>();
+    long skip = s.offset;
+    long take = s.limit < 0 ? Long.MAX_VALUE : s.limit;
+    long kept = 0;  // rows (with multiplicity) that can still matter: the top offset + limit
+    for (Ranked r : rows) {
+      long n = r.count;
+      long skipped = Math.min(skip, n);
+      skip -= skipped;
+      long taken = Math.min(take, n - skipped);
+      take -= taken;
+      if (taken > 0) {
+        after.put(r.row, taken);
+      }
+      if (s.appendOnly && s.limit >= 0 && kept >= s.offset + s.limit) {
+        st.removeText(r.row);  // below the top over a stream: it can never come back
+      }
+      kept += n;
+    }
+    Map<String, Long> diff = new LinkedHashMap<>();
+    for (Map.Entry<String, Long> e : before.entrySet()) {
+      diff.merge(e.getKey(), -e.getValue(), Long::sum);
+    }
+    for (Map.Entry<String, Long> e : after.entrySet()) {
+      diff.merge(e.getKey(), e.getValue(), Long::sum);
+    }
+    for (Map.Entry<String, Long> e : diff.entrySet()) {
+      if (e.getValue() != 0) {
+        out.add(new Rec(s.id, 0, key, e.getKey(), null, null, e.getValue()));
+      }
+    }
+    if (after.isEmpty()) {
+      st.clearValue();
+    } else {
+      st.setValue(serializeTop(after));
+    }
+  }
+
+  private static Comparator<Ranked> order(Spec.Op s) {
+    return (x, y) -> {
+      for (int i = 0; i < s.order.size(); i++) {
+        Spec.SortKey k = s.order.get(i);
+        String a = x.keys[i];
+        String b = y.keys[i];
+        int c;
+        if (a == null || b == null) {
+          c = a == null && b == null ? 0 : (a == null) == k.nullsFirst ? -1 : 1;
+        } else {
+          c = k.type.compare(a, b);
+          if (k.desc) {
+            c = -c;
+          }
+        }
+        if (c != 0) {
+          return c;
+        }
+      }
+      return ValueType.compareCodePoints(x.row, y.row);  // ties: a deterministic order
+    };
+  }
+
+  private static Map<String, Long> parseTop(String text) {
+    Map<String, Long> m = new LinkedHashMap<>();
+    if (text == null) {
+      return m;
+    }
+    try {
+      for (JsonNode e : JSON.readTree(text)) {
+        m.put(e.get(0).asText(), e.get(1).asLong());
+      }
+    } catch (Exception e) {
+      throw new IllegalStateException("corrupt top-N state: " + e.getMessage(), e);
+    }
+    return m;
+  }
+
+  private static String serializeTop(Map<String, Long> top) {
+    ArrayNode root = JSON.createArrayNode();
+    for (Map.Entry<String, Long> e : top.entrySet()) {
+      root.addArray().add(e.getKey()).add(e.getValue());
+    }
+    return root.toString();
+  }
+
+  static String strings(String[] values) {
+    ArrayNode a = JSON.createArrayNode();
+    for (String v : values) {
+      if (v == null) {
+        a.addNull();
+      } else {
+        a.add(v);
+      }
+    }
+    return a.toString();
+  }
+
+  static String[] parseStrings(String text) {
+    try {
+      JsonNode node = JSON.readTree(text);
+      String[] out = new String[node.size()];
+      for (int i = 0; i < out.length; i++) {
+        out[i] = node.get(i).isNull() ? null : node.get(i).asText();
+      }
+      return out;
+    } catch (Exception e) {
+      throw new IllegalStateException("corrupt state: " + e.getMessage(), e);
+    }
+  }
+
+  // ---- arrange: a partition's old and new contents, for queries recomputed per partition ----
+
+  static void arrange(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
+    List<Rec> changes = new ArrayList<>();
+    while (in.hasNext()) {
+      Rec r = in.next();
+      if (r.w != 0 && r.row != null) {
+        changes.add(r);
+      }
+    }
+    if (st.value() == null) {
+      // A partition seen for the first time: its old result is nothing, not the query over no rows
+      // (which, for a global aggregate, is a row).
+      out.add(new Rec(s.id, 2, key, null, null, null, 1));
+      st.setValue("1");
+    }
+    if (changes.isEmpty()) {
+      return;
+    }
+    Map<String, Long> contents = new HashMap<>();
+    for (Iterator<Map.Entry<String, Long>> it = st.entries(0); it.hasNext(); ) {
+      Map.Entry<String, Long> e = it.next();
+      contents.put(e.getKey(), e.getValue());
+      if (e.getValue() > 0) {
+        out.add(new Rec(s.id, 0, key, e.getKey(), null, null, e.getValue()));
+      }
+    }
+    for (Rec r : changes) {
+      long n = st.add(0, r.row, r.w);
+      if (n == 0) {
+        contents.remove(r.row);
+      } else {
+        contents.put(r.row, n);
+      }
+    }
+    for (Map.Entry<String, Long> e : contents.entrySet()) {
+      if (e.getValue() > 0) {
+        out.add(new Rec(s.id, 1, key, e.getKey(), null, null, e.getValue()));
+      }
+    }
+  }
+
+  static long[] longs(String text, int n) {
+    long[] out = new long[n];
+    if (text != null) {
+      String[] parts = text.split(",");
+      for (int i = 0; i < n && i < parts.length; i++) {
+        out[i] = Long.parseLong(parts[i]);
+      }
+    }
+    return out;
+  }
+
+  static boolean same(String a, String b) {
+    return Objects.equals(a, b);
+  }
+}

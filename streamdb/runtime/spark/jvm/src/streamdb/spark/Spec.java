@@ -1,0 +1,122 @@
+package streamdb.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/** The operator instances of one layer, parsed from the JSON the Python compiler writes. */
+public final class Spec implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  public enum Kind { JOIN, REDUCE, TOPN, ARRANGE, PASS }
+
+  /** One aggregate of a REDUCE operator. */
+  public static final class Agg implements Serializable {
+    private static final long serialVersionUID = 1L;
+    public final String fn;     // count_star, count, sum, avg, min, max, count_distinct, bool_and, bool_or
+    public final int arg;       // index into the record's `a` array (-1 for count_star)
+    public final ValueType type;
+
+    Agg(String fn, int arg, ValueType type) {
+      this.fn = fn;
+      this.arg = arg;
+      this.type = type;
+    }
+  }
+
+  /** One ORDER BY key of a TOPN operator. */
+  public static final class SortKey implements Serializable {
+    private static final long serialVersionUID = 1L;
+    public final int arg;
+    public final ValueType type;
+    public final boolean desc;
+    public final boolean nullsFirst;
+
+    SortKey(int arg, ValueType type, boolean desc, boolean nullsFirst) {
+      this.arg = arg;
+      this.type = type;
+      this.desc = desc;
+      this.nullsFirst = nullsFirst;
+    }
+  }
+
+  /** One operator instance: what it is and how it is parameterised. */
+  public static final class Op implements Serializable {
+    private static final long serialVersionUID = 1L;
+    public final int id;
+    public final Kind kind;
+    public final String joinType;           // JOIN: inner, left, right, full
+    public final List<Agg> aggs;            // REDUCE
+    public final boolean global;            // REDUCE: no GROUP BY (one row even over no input)
+    public final boolean appendOnly;        // input never retracts (streams): less state
+    public final long limit;                // TOPN: -1 for none
+    public final long offset;               // TOPN
+    public final List<SortKey> order;       // TOPN
+
+    Op(int id, Kind kind, String joinType, List<Agg> aggs, boolean global, boolean appendOnly, long limit,
+       long offset, List<SortKey> order) {
+      this.id = id;
+      this.kind = kind;
+      this.joinType = joinType;
+      this.aggs = aggs;
+      this.global = global;
+      this.appendOnly = appendOnly;
+      this.limit = limit;
+      this.offset = offset;
+      this.order = order;
+    }
+
+    boolean leftOuter() {
+      return "left".equals(joinType) || "full".equals(joinType);
+    }
+
+    boolean rightOuter() {
+      return "right".equals(joinType) || "full".equals(joinType);
+    }
+  }
+
+  private final Map<Integer, Op> ops;
+
+  private Spec(Map<Integer, Op> ops) {
+    this.ops = ops;
+  }
+
+  public Op op(int id) {
+    return ops.get(id);
+  }
+
+  public int size() {
+    return ops.size();
+  }
+
+  public static Spec parse(String json) {
+    try {
+      JsonNode root = new ObjectMapper().readTree(json);
+      Map<Integer, Op> ops = new HashMap<>();
+      for (JsonNode n : root.path("ops")) {
+        int id = n.path("id").asInt();
+        Kind kind = Kind.valueOf(n.path("kind").asText().toUpperCase());
+        List<Agg> aggs = new ArrayList<>();
+        for (JsonNode a : n.path("aggs")) {
+          aggs.add(new Agg(a.path("fn").asText(), a.path("arg").asInt(-1),
+                           ValueType.of(a.path("type").asText("long"))));
+        }
+        List<SortKey> order = new ArrayList<>();
+        for (JsonNode o : n.path("order")) {
+          order.add(new SortKey(o.path("arg").asInt(), ValueType.of(o.path("type").asText()),
+                                o.path("desc").asBoolean(false), o.path("nulls_first").asBoolean(false)));
+        }
+        ops.put(id, new Op(id, kind, n.path("join").asText("inner"), aggs, n.path("global").asBoolean(false),
+                           n.path("append_only").asBoolean(false), n.path("limit").asLong(-1),
+                           n.path("offset").asLong(0), order));
+      }
+      return new Spec(ops);
+    } catch (Exception e) {
+      throw new IllegalArgumentException("bad operator spec: " + e.getMessage(), e);
+    }
+  }
+}

@@ -1,0 +1,113 @@
+package streamdb.spark;
+
+import java.util.AbstractMap;
+import java.util.Iterator;
+import java.util.Map;
+import org.apache.spark.sql.streaming.MapState;
+import org.apache.spark.sql.streaming.ValueState;
+import scala.Tuple2;
+
+/** KeyState over Spark's state store (transformWithState state variables of the current key). */
+final class TwsKeyState implements KeyState {
+  private final MapState<String, Long> m0;
+  private final MapState<String, Long> m1;
+  private final MapState<String, String> texts;
+  private final ValueState<String> value;
+
+  TwsKeyState(MapState<String, Long> m0, MapState<String, Long> m1, MapState<String, String> texts,
+              ValueState<String> value) {
+    this.m0 = m0;
+    this.m1 = m1;
+    this.texts = texts;
+    this.value = value;
+  }
+
+  private MapState<String, Long> map(int which) {
+    return which == 0 ? m0 : m1;
+  }
+
+  @Override
+  public long count(int which, String row) {
+    Long c = map(which).getValue(row);
+    return c == null ? 0 : c;
+  }
+
+  @Override
+  public long add(int which, String row, long delta) {
+    MapState<String, Long> m = map(which);
+    Long c = m.getValue(row);
+    long n = (c == null ? 0 : c) + delta;
+    if (n == 0) {
+      if (c != null) {
+        m.removeKey(row);
+      }
+    } else {
+      m.updateValue(row, n);
+    }
+    return n;
+  }
+
+  @Override
+  public Iterator<Map.Entry<String, Long>> entries(int which) {
+    scala.collection.Iterator<Tuple2<String, Long>> it = map(which).iterator();
+    return new Iterator<Map.Entry<String, Long>>() {
+      @Override
+      public boolean hasNext() {
+        return it.hasNext();
+      }
+
+      @Override
+      public Map.Entry<String, Long> next() {
+        Tuple2<String, Long> t = it.next();
+        return new AbstractMap.SimpleImmutableEntry<>(t._1(), t._2());
+      }
+    };
+  }
+
+  @Override
+  public String text(String key) {
+    return texts.getValue(key);
+  }
+
+  @Override
+  public void putText(String key, String v) {
+    texts.updateValue(key, v);
+  }
+
+  @Override
+  public void removeText(String key) {
+    texts.removeKey(key);
+  }
+
+  @Override
+  public Iterator<Map.Entry<String, String>> texts() {
+    scala.collection.Iterator<Tuple2<String, String>> it = texts.iterator();
+    return new Iterator<Map.Entry<String, String>>() {
+      @Override
+      public boolean hasNext() {
+        return it.hasNext();
+      }
+
+      @Override
+      public Map.Entry<String, String> next() {
+        Tuple2<String, String> t = it.next();
+        return new AbstractMap.SimpleImmutableEntry<>(t._1(), t._2());
+      }
+    };
+  }
+
+  @Override
+  public String value() {
+    return value.exists() ? value.get() : null;
+  }
+
+  @Override
+  public void setValue(String v) {
+    value.update(v);
+  }
+
+  @Override
+  public void clearValue() {
+    value.clear();
+  }
+}

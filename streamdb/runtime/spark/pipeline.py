@@ -1,0 +1,866 @@
+"""Views compiled into one Spark Structured Streaming query: the pipeline.
+
+A pipeline serves every view with the same number of stateful layers (views of depth 0 are
+linear: filters and projections; depth 1 has one join, aggregate or top-N on each path; ...).
+Its streaming query is
+
+    log source -> [route, encode] -> layer 1 -> [decode, route, encode] -> layer 2 ... -> [decode]
+        -> foreachBatch (the sink: the views' changes go to the server, which commits them)
+
+Each layer is ONE transformWithState operator (streamdb.spark.Layers in the jar) holding the
+state of every operator instance of the layer, keyed by (instance, key). The stateless parts of
+every view (filters, projections, join keys, aggregate arguments) are Spark SQL expressions
+evaluated in the projections between layers: every change is routed to the instances it feeds
+(`explode` of the arms it passes), so the input is scanned once for all views. Because the
+stateful operators and their state schema never change, a view can be added or dropped by
+restarting the query with new projections: the other views' state stays where it is, in Spark's
+state store (RocksDB, on the executors), and the new view's history comes through the source as
+its backfill (log_source.py).
+
+Records between layers carry rows as JSON text (`to_json` / `from_json`, exact for every type
+used here), keys as the JSON of their values, and aggregate arguments as text; see docs/views.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from streamdb.catalog import RelationDef
+from streamdb.errors import FeatureNotSupported, InternalError, StreamDBError
+from streamdb.planner import dataflow as D
+from streamdb.planner.query import _spark_epochs
+from streamdb.runtime.spark import log_source
+from streamdb.runtime.spark.log_source import BASE_FIELDS, SEED_RELATION, column_name
+from streamdb.storage.base import LogReaderSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("streamdb.pipeline")
+
+JSON_OPTIONS = ("map('ignoreNullFields', 'false', 'timestampFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSSXXX', "
+                "'timestampNTZFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSS', 'dateFormat', 'yyyy-MM-dd')")
+RECORD_FIELDS = ("op", "side", "k", "row", "row2", "a", "w")
+RECORD_TYPES = {"op": "INT", "side": "INT", "k": "STRING", "row": "STRING", "row2": "STRING",
+                "a": "ARRAY<STRING>", "w": "BIGINT"}
+MAX_OPS_PER_VIEW = 64
+
+
+@dataclass
+class ViewFlow:
+    """One view as the pipeline sees it."""
+
+    view_id: int
+    dataflow: D.Dataflow
+    ops_base: int  # this view's operator instances are ops_base + 0 .. MAX_OPS_PER_VIEW - 1
+    joins: dict[int, tuple[int, ...]]  # relation -> offsets from which it takes live changes
+
+
+@dataclass
+class SinkView:
+    """How the sink reads one view's changes out of a batch."""
+
+    view_id: int
+    columns: tuple[str, ...]  # the wide output columns holding its values, in view column order
+    recompute: D.Recompute | None = None
+    input_schema: str = ""  # Recompute: the DDL of its input rows
+    input_columns: tuple[str, ...] = ()
+    global_: bool = False
+
+
+@dataclass
+class CompiledPipeline:
+    frame: Any  # the streaming DataFrame feeding the sink
+    sink: dict[int, SinkView]
+    specs: list[str]
+    source_plan: dict[str, Any]
+
+
+# ---- rendering expressions --------------------------------------------------------------
+
+
+FIELD = "\x00"  # in a column map: struct FIELD field
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def render(e: exp.Expression, names: dict[str, str]) -> str:
+    """Spark SQL for `e` (over a view's internal column names) with each column renamed."""
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            target = names.get(node.name)
+            if target is None:
+                raise FeatureNotSupported(f"internal: column {node.name} is not available here")
+            if FIELD in target:  # a field of a struct column
+                struct, name = target.split(FIELD, 1)
+                c = exp.column(name, table=struct, quoted=True)
+            else:
+                c = exp.column(target, quoted=True)
+            c.type = node.type
+            return c
+        return node
+
+    return _spark_epochs(e.copy().transform(fix)).sql(dialect="spark")
+
+
+def substitute(e: exp.Expression, defs: dict[str, exp.Expression]) -> exp.Expression:
+    """`e` with each column defined in `defs` replaced by its definition."""
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.name in defs:
+            d = defs[node.name]
+            return d.copy() if isinstance(d, (exp.Column, exp.Literal)) else exp.Paren(this=d.copy())
+        return node
+
+    return e.copy().transform(fix)
+
+
+# ---- paths through stateless nodes --------------------------------------------------------
+
+
+@dataclass
+class _Path:
+    """Rows of one frontier (a Scan, a stateful node, or a view's seed) through filters and
+    projections: they pass if `cond` holds, then have the values `exprs` (over the frontier's columns)."""
+
+    frontier: Any  # D.Node or ("seed", view id)
+    cond: list[exp.Expression]
+    exprs: list[exp.Expression]
+
+
+def _paths(node: D.Node) -> list[_Path]:
+    if isinstance(node, (D.Scan, *D.STATEFUL)):
+        return [_Path(node, [], [exp.column(c) for c in node.columns])]
+    if isinstance(node, D.Filter):
+        out = []
+        for p in _paths(node.input):
+            defs = dict(zip(node.input.columns, p.exprs, strict=True))
+            out.append(_Path(p.frontier, [*p.cond, substitute(node.predicate, defs)], p.exprs))
+        return out
+    if isinstance(node, D.Map):
+        out = []
+        for p in _paths(node.input):
+            defs = dict(zip(node.input.columns, p.exprs, strict=True))
+            out.append(_Path(p.frontier, p.cond, [substitute(e, defs) for e in node.exprs]))
+        return out
+    if isinstance(node, D.UnionAll):
+        return [p for b in node.branches for p in _paths(b)]
+    raise FeatureNotSupported(f"internal: no path through {type(node).__name__}")
+
+
+# ---- the compiler --------------------------------------------------------------------------
+
+
+@dataclass
+class _Op:
+    id: int
+    kind: str  # join, reduce, topn, arrange, pass
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+SEED = "seed"
+
+
+@dataclass
+class _Arm:
+    """One way rows reach one consumer at a boundary: which rows (`cond`), the values to compute
+    (`values`, Spark SQL over the boundary's columns), then the record or sink fields."""
+
+    view: ViewFlow
+    consumer: Any  # "sink", a stateful node, or ("pass", op id)
+    side: int
+    cond: str
+    values: dict[str, str] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
+    fields: dict[str, str] = field(default_factory=dict)
+    child: D.Node | None = None
+    seed: bool = False
+
+
+class _Compiler:
+    def __init__(self, spark: SparkSession, relations: dict[int, RelationDef], views: list[ViewFlow],
+                 depth: int, log_spec: LogReaderSpec) -> None:
+        self.spark = spark
+        self.relations = relations
+        self.views = views
+        self.depth = depth
+        self.log_spec = log_spec
+        self.layer_ops: list[dict[int, _Op]] = [{} for _ in range(depth + 2)]
+        self.sink: dict[int, SinkView] = {}
+        # What the records of a node's rows hold, for decoding them at a later boundary:
+        # (node, side) -> [(column, Spark type)] of the rows a consumer took in.
+        self.schemas: dict[Any, Any] = {}
+        self.op_of: dict[Any, int] = {}
+        self.pass_of: dict[tuple[Any, int], int] = {}  # (frontier, layer) -> PASS op carrying it there
+        self.pass_frontier: dict[int, Any] = {}
+        self.view_of_op: dict[int, ViewFlow] = {}
+
+    # -- the source --
+
+    def source_plan(self) -> dict[str, Any]:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        fields = [pa.field(n, t) for n, t in BASE_FIELDS]
+        rels: dict[str, Any] = {}
+        needed = sorted({rid for v in self.views for rid in v.dataflow.relations()})
+        for rid in needed:
+            rel = self.relations[rid]
+            cols = []
+            for i, c in enumerate(rel.columns):
+                arrow = c.type.arrow()
+                try:
+                    from_arrow_schema(pa.schema([pa.field("x", arrow)]))
+                except Exception as e:  # noqa: BLE001 - a type Spark cannot take
+                    raise FeatureNotSupported(f'column "{c.name}" of {rel.name} has a type Spark cannot read '
+                                              f"({c.type.name})") from e
+                fields.append(pa.field(column_name(rid, i), arrow))
+                cols.append([c.name, column_name(rid, i)])
+            rels[str(rid)] = {"partitions": rel.partitions, "columns": cols}
+        spark_schema = from_arrow_schema(pa.schema(fields))
+        views = {str(v.view_id): {str(r): list(j) for r, j in v.joins.items()} for v in self.views}
+        return {"log": {"kind": self.log_spec.kind, "path": self.log_spec.path,
+                        "kafka_bootstrap": self.log_spec.kafka_bootstrap},
+                "relations": rels, "views": views, "spark_schema": spark_schema.json()}
+
+    # -- which operator instances there are --
+
+    def plan_ops(self) -> None:
+        for v in self.views:
+            stateful = v.dataflow.stateful()
+            for i, n in enumerate(stateful):
+                self.op_of[n] = v.ops_base + i
+                self.view_of_op[v.ops_base + i] = v
+            self._next = len(stateful)
+            self._view = v
+            for _consumer, layer, child in self._consumers_of(v):
+                if child is None:
+                    self._carrier((SEED, v.view_id), layer - 1)
+                    continue
+                for p in _paths(child):
+                    self._carrier(p.frontier, layer - 1)
+
+    def _consumers_of(self, v: ViewFlow) -> list[tuple[Any, int, D.Node | None]]:
+        """(consumer, its layer, the subtree it reads; None for a global node's seed)."""
+        out: list[tuple[Any, int, D.Node | None]] = [("sink", self.depth + 1, v.dataflow.root)]
+        for n in v.dataflow.stateful():
+            for child in n.inputs():
+                out.append((n, D.level(n), child))
+            if _needs_seed(n):
+                out.append((n, D.level(n), None))
+        return out
+
+    def _carrier(self, frontier: Any, boundary: int) -> int | None:
+        """The op whose records carry `frontier`'s rows at `boundary` (None: the source itself),
+        adding PASS ops to lift them there."""
+        lvl = D.level(frontier) if isinstance(frontier, D.Node) else 0
+        carrier = self.op_of.get(frontier) if lvl > 0 else None
+        for layer in range(lvl + 1, boundary + 1):
+            key = (frontier, layer)
+            if key not in self.pass_of:
+                if self._next >= MAX_OPS_PER_VIEW:
+                    raise FeatureNotSupported("a view with this many stateful operators")
+                pid = self._view.ops_base + self._next
+                self._next += 1
+                self.pass_of[key] = pid
+                self.pass_frontier[pid] = frontier
+                self.view_of_op[pid] = self._view
+                self.layer_ops[layer][pid] = _Op(pid, "pass")
+            carrier = self.pass_of[key]
+        return carrier
+
+    def _carrier_at(self, frontier: Any, boundary: int) -> int | None:
+        lvl = D.level(frontier) if isinstance(frontier, D.Node) else 0
+        if boundary == lvl:
+            return self.op_of.get(frontier) if lvl > 0 else None
+        return self.pass_of[(frontier, boundary)]
+
+    # -- building --
+
+    def build(self) -> CompiledPipeline:
+        from pyspark.sql import DataFrame
+
+        self.plan_ops()
+        plan = self.source_plan()
+        frame = self.spark.readStream.format(log_source.NAME).option("plan", json.dumps(plan)).load()
+        specs = []
+        for b in range(self.depth + 1):
+            frame = self._boundary(frame, b)
+            if b == self.depth:
+                break
+            spec = json.dumps({"ops": [{"id": o.id, "kind": o.kind, **o.spec}
+                                       for o in self.layer_ops[b + 1].values()]})
+            specs.append(spec)
+            jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
+            frame = DataFrame(jvm.streamdb.spark.Layers.layer(frame._jdf, spec), self.spark)
+        return CompiledPipeline(frame, self.sink, specs, plan)
+
+    def _boundary(self, frame: DataFrame, b: int) -> DataFrame:
+        """The projection after layer b (0: after the source): decode what comes out, route each
+        row to the arms it feeds, encode the next layer's records (or the sink's columns)."""
+        from pyspark.sql import functions as F
+
+        decode: dict[str, str] = {}
+        arms: list[_Arm] = []
+        for v in self.views:
+            self._view = v
+            for consumer, layer, child in self._consumers_of(v):
+                if layer != b + 1:
+                    continue
+                if child is None:
+                    arms.append(self._seed_arm(v, consumer, b))
+                    continue
+                if consumer == "sink" and isinstance(child, D.Recompute):
+                    arms.append(self._recompute_sink_arm(v, child, b))
+                    continue
+                for p in _paths(child):
+                    arms.append(self._path_arm(v, consumer, list(consumer.inputs()).index(child)
+                                               if consumer != "sink" else 0, child, p, b, decode))
+            for (frontier, layer), pid in self.pass_of.items():
+                if layer == b + 1 and self.view_of_op[pid] is v:
+                    arms.append(self._pass_arm(v, pid, frontier, b, decode))
+        if not arms:
+            raise FeatureNotSupported("internal: a pipeline boundary with nothing to route")
+        frame = frame.select("*", *[F.expr(e).alias(n) for n, e in decode.items()])
+        self._probe(frame, arms)
+        for arm in arms:
+            self._encode(arm, b)
+        choose = F.array(*[F.expr(f"CASE WHEN {a.cond} THEN {i} END") for i, a in enumerate(arms)])
+        routed = frame.select("*", F.explode(choose).alias("__arm")).where("__arm IS NOT NULL")
+        if b == self.depth:
+            names = ["__view", "__w", "__side", "__k", "__row", *(c for s in self.sink.values() for c in s.columns)]
+            types: dict[str, str] = {"__view": "INT", "__w": "BIGINT", "__side": "INT", "__k": "STRING",
+                                     "__row": "STRING"}
+        else:
+            names, types = list(RECORD_FIELDS), RECORD_TYPES
+        out = []
+        for name in names:
+            cases = " ".join(f"WHEN {i} THEN {a.fields[name]}" for i, a in enumerate(arms) if name in a.fields)
+            typ = types.get(name)
+            expr = f"CASE __arm {cases} END" if cases else "NULL"
+            out.append(F.expr(f"CAST({expr} AS {typ})" if typ else expr).alias(name))
+        return routed.select(*out)
+
+    def _probe(self, frame: DataFrame, arms: list[_Arm]) -> None:
+        """The Spark types of every arm's values: one analysis for the whole boundary."""
+        from pyspark.sql import functions as F
+
+        exprs = [(a, k, e) for a in arms for k, e in a.values.items()]
+        if not exprs:
+            return
+        schema = frame.select(*[F.expr(e).alias(f"t{i}") for i, (_, _, e) in enumerate(exprs)]).schema
+        for (a, k, _), f in zip(exprs, schema.fields, strict=True):
+            a.types[k] = f.dataType.simpleString()
+
+    # -- arms --
+
+    def _decode(self, v: ViewFlow, frontier: Any, b: int, decode: dict[str, str]) -> tuple[dict[str, str], str]:
+        """The frontier's columns at boundary b ({internal name: column of the frame}) and the
+        condition picking its rows."""
+        if isinstance(frontier, tuple):
+            return {}, f"(__rel = {SEED_RELATION} AND __tag = {frontier[1]})"
+        if isinstance(frontier, D.Scan) and b == 0:
+            rel = self.relations[frontier.relation_id]
+            positions = {c.name: i for i, c in enumerate(rel.columns)}
+            names = {col: "__rowtime" if src == "rowtime" else column_name(frontier.relation_id, positions[src])
+                     for col, src in zip(frontier.columns, frontier.source_columns, strict=True)}
+            joins = v.joins.get(frontier.relation_id)
+            live = "__tag IS NULL"
+            if joins and any(joins):
+                floor = " ".join(f"WHEN {p} THEN {j}" for p, j in enumerate(joins))
+                live = f"(__tag IS NULL AND __off >= CASE __part {floor} END)"
+            return names, f"(__rel = {frontier.relation_id} AND ({live} OR __tag = {v.view_id}))"
+        carrier = self._carrier_at(frontier, b)
+        assert carrier is not None
+        prefix = f"__d{carrier}"
+        names = {}
+
+        def struct(column: str, source: str, schema: list[tuple[str, str]]) -> None:
+            ddl = ", ".join(f"{quote(n)}: {t}" for n, t in schema)
+            decode.setdefault(column, f"CASE WHEN op = {carrier} THEN from_json({source}, "
+                                      f"'struct<{_esc(ddl)}>', {JSON_OPTIONS}) END")
+
+        if isinstance(frontier, D.Join):
+            for side, source in ((0, "row"), (1, "row2")):
+                schema = self.schemas[(frontier, side)]
+                struct(f"{prefix}_{source}", source, schema)
+                for n, _ in schema:
+                    names[n] = f"{prefix}_{source}{FIELD}{n}"
+        elif isinstance(frontier, D.Reduce):
+            group = self.schemas.get((frontier, "group"), [])
+            if group:
+                struct(prefix, "k", group)
+            ngroup = len(frontier.group)
+            for i, col in enumerate(frontier.columns):
+                if i < ngroup:
+                    names[col] = f"{prefix}{FIELD}{group[i][0]}"
+                else:
+                    template = self.schemas[(frontier, "agg", i - ngroup)][1]
+                    column = f"{prefix}_a{i - ngroup}"
+                    decode.setdefault(column, f"CASE WHEN op = {carrier} THEN {template.format(f'a[{i - ngroup}]')} END")
+                    names[col] = column
+        else:  # a TopN's rows, or a Scan's carried up by PASS ops
+            key = (frontier, 0) if isinstance(frontier, D.TopN) else frontier
+            schema = self.schemas[key]
+            struct(prefix, "row", schema)
+            for n, _ in schema:
+                names[n] = f"{prefix}{FIELD}{n}"
+        return names, f"op = {carrier}"
+
+    def _path_arm(self, v: ViewFlow, consumer: Any, side: int, child: D.Node, p: _Path, b: int,
+                  decode: dict[str, str]) -> _Arm:
+        names, cond = self._decode(v, p.frontier, b, decode)
+        conds = [cond, *(f"({render(c, names)})" for c in p.cond)]
+        arm = _Arm(v, consumer, side, " AND ".join(conds), child=child)
+        defs = dict(zip(child.columns, p.exprs, strict=True))
+        for i, e in enumerate(p.exprs):
+            arm.values[f"c{i}"] = render(e, names)
+
+        def value(key: str, e: exp.Expression) -> None:
+            arm.values[key] = render(substitute(e, defs), names)
+
+        if isinstance(consumer, D.Join):
+            for i, k in enumerate(consumer.left_keys if side == 0 else consumer.right_keys):
+                value(f"k{i}", k)
+        elif isinstance(consumer, D.Reduce):
+            for i, k in enumerate(consumer.group):
+                value(f"k{i}", k)
+            for j, call in enumerate(consumer.aggs):
+                if call.arg is not None:
+                    value(f"x{j}", call.arg)
+        elif isinstance(consumer, D.TopN):
+            for i, k in enumerate(consumer.partition):
+                value(f"k{i}", k)
+            for j, key in enumerate(consumer.order):
+                value(f"x{j}", key.expr)
+        elif isinstance(consumer, D.Recompute):
+            for i, k in enumerate(consumer.partition):
+                value(f"k{i}", k)
+        arm.fields["w"] = "__w" if isinstance(p.frontier, D.Scan) and b == 0 else "w"
+        return arm
+
+    def _seed_arm(self, v: ViewFlow, consumer: Any, b: int) -> _Arm:
+        carrier = self._carrier_at((SEED, v.view_id), b)
+        cond = f"(__rel = {SEED_RELATION} AND __tag = {v.view_id})" if carrier is None else f"op = {carrier}"
+        arm = _Arm(v, consumer, 0, cond, seed=True)
+        arm.fields.update({"op": str(self.op_of[consumer]), "side": "0", "k": "''", "row": "NULL", "row2": "NULL",
+                           "a": "NULL", "w": "0"})
+        return arm
+
+    def _recompute_sink_arm(self, v: ViewFlow, root: D.Recompute, b: int) -> _Arm:
+        """A recomputed view's arranged rows go to the sink as they are (foreachBatch runs its query)."""
+        carrier = self._carrier_at(root, b)
+        schema = self.schemas[(root, 0)]
+        self.sink[v.view_id] = SinkView(v.view_id, (), root, ", ".join(f"{quote(n)}: {t}" for n, t in schema),
+                                        tuple(n for n, _ in schema), global_=not root.partition)
+        arm = _Arm(v, "sink", 0, f"op = {carrier}")
+        arm.fields.update({"__view": str(v.view_id), "__w": "w", "__side": "side", "__k": "k", "__row": "row"})
+        return arm
+
+    def _pass_arm(self, v: ViewFlow, pid: int, frontier: Any, b: int, decode: dict[str, str]) -> _Arm:
+        """`frontier`'s rows carried one layer up, unchanged, by PASS op `pid`."""
+        if isinstance(frontier, tuple):
+            carrier = self._carrier_at(frontier, b)
+            cond = f"(__rel = {SEED_RELATION} AND __tag = {v.view_id})" if carrier is None else f"op = {carrier}"
+            arm = _Arm(v, ("pass", pid), 0, cond)
+            arm.fields.update({"op": str(pid), "side": "0", "k": "''", "row": "NULL", "row2": "NULL", "a": "NULL",
+                               "w": "0"})
+            return arm
+        if isinstance(frontier, D.Scan) and b == 0:
+            names, cond = self._decode(v, frontier, b, decode)
+            rel = self.relations[frontier.relation_id]
+            types = [_spark_type_name(rel, src) for src in frontier.source_columns]
+            self.schemas[frontier] = list(zip(frontier.columns, types, strict=True))
+            row = _row_json(frontier.columns, [_ref(names[c]) for c in frontier.columns])
+            arm = _Arm(v, ("pass", pid), 0, cond)
+            arm.fields.update({"op": str(pid), "side": "0", "k": f"CAST(pmod(hash({row}), 64) AS STRING)",
+                               "row": row, "row2": "NULL", "a": "NULL", "w": "__w"})
+            return arm
+        carrier = self._carrier_at(frontier, b)
+        arm = _Arm(v, ("pass", pid), 0, f"op = {carrier}")
+        arm.fields.update({"op": str(pid), "side": "side", "k": "k", "row": "row", "row2": "row2", "a": "a",
+                           "w": "w"})
+        return arm
+
+    def _encode(self, arm: _Arm, b: int) -> None:
+        """The arm's record fields (or sink columns), now that its values' types are known."""
+        consumer = arm.consumer
+        if consumer == "sink" and arm.child is None:
+            return  # a recomputed view's arranged rows: nothing to encode
+        if arm.seed or (isinstance(consumer, tuple) and consumer[0] == "pass"):
+            if arm.seed:
+                self._add_op(consumer, _node_kind(consumer), self._node_spec(consumer, None))
+            return
+        child = arm.child
+        assert child is not None
+        ncols = len(child.columns)
+        cols = [arm.values[f"c{i}"] for i in range(ncols)]
+        types = [arm.types[f"c{i}"] for i in range(ncols)]
+        if consumer == "sink":
+            self._sink_arm(arm, cols)
+            return
+        schema = list(zip(child.columns, types, strict=True))
+        previous = self.schemas.get((consumer, arm.side))
+        if previous is not None and [t for _, t in previous] != types:
+            # UNION ALL branches of other types: every branch is cast to the first one's types.
+            cols = [f"CAST({c} AS {t})" for c, (_, t) in zip(cols, previous, strict=True)]
+            schema = previous
+        self.schemas[(consumer, arm.side)] = schema
+        op = self.op_of[consumer]
+        row = _row_json(child.columns, cols)
+        keys = [arm.values[k] for k in sorted((k for k in arm.values if k.startswith("k")), key=lambda k: int(k[1:]))]
+        key_types = [arm.types[f"k{i}"] for i in range(len(keys))]
+        keys = [f"(({k}) + 0.0)" if t in ("double", "float") else k for k, t in zip(keys, key_types, strict=True)]
+        key_json = _key_json(keys) if keys else "''"
+        arm.fields.update({"op": str(op), "side": str(arm.side), "k": key_json, "row": "NULL", "row2": "NULL",
+                           "a": "NULL"})
+        if isinstance(consumer, D.Join):
+            null_key = " OR ".join(f"({k}) IS NULL" for k in keys) or "false"
+            arm.fields["k"] = f"CASE WHEN {null_key} THEN 'N{arm.side}' ELSE {key_json} END"
+            arm.fields["row"] = row
+        elif isinstance(consumer, D.Reduce):
+            self.schemas[(consumer, "group")] = [(f"k{i}", t) for i, t in enumerate(key_types)]
+            args = []
+            for j, call in enumerate(consumer.aggs):
+                if call.arg is None:
+                    self.schemas[(consumer, "agg", j)] = ("bigint", "CAST({} AS BIGINT)")
+                    continue
+                encoded, code, decoder, out_type = _arg_codec(call.fn, arm.types[f"x{j}"], arm.values[f"x{j}"])
+                args.append(encoded)
+                self.schemas[(consumer, "agg", j)] = (out_type, decoder)
+                self.schemas[(consumer, "code", j)] = (len(args) - 1, code)
+            if args:
+                arm.fields["a"] = f"array({', '.join(args)})"
+        elif isinstance(consumer, D.TopN):
+            arm.fields["row"] = row
+            args = []
+            for j in range(len(consumer.order)):
+                encoded, code, _, _ = _arg_codec("min", arm.types[f"x{j}"], arm.values[f"x{j}"])
+                args.append(encoded)
+                self.schemas[(consumer, "code", j)] = (len(args) - 1, code)
+            if args:
+                arm.fields["a"] = f"array({', '.join(args)})"
+        elif isinstance(consumer, D.Recompute):
+            arm.fields["row"] = row
+        self._add_op(consumer, _node_kind(consumer), self._node_spec(consumer, child))
+
+    def _node_spec(self, node: Any, child: D.Node | None) -> dict[str, Any]:
+        if isinstance(node, D.Join):
+            return {"join": node.kind}
+        if isinstance(node, D.Reduce):
+            aggs = []
+            for j, call in enumerate(node.aggs):
+                arg, code = self.schemas.get((node, "code", j), (-1, "long"))
+                aggs.append({"fn": call.fn, "arg": arg if call.arg is not None else -1, "type": code})
+            return {"aggs": aggs, "global": node.global_, "append_only": D.append_only(node.input)}
+        if isinstance(node, D.TopN):
+            order = []
+            for j, key in enumerate(node.order):
+                arg, code = self.schemas.get((node, "code", j), (j, "string"))
+                order.append({"arg": arg, "type": code, "desc": key.desc, "nulls_first": key.nulls_first})
+            return {"limit": -1 if node.limit is None else node.limit, "offset": node.offset, "order": order,
+                    "append_only": D.append_only(node.input)}
+        return {}
+
+    def _add_op(self, node: Any, kind: str, spec: dict[str, Any]) -> None:
+        op = self.op_of[node]
+        layer = D.level(node)
+        existing = self.layer_ops[layer].get(op)
+        if existing is None:
+            self.layer_ops[layer][op] = _Op(op, kind, spec)
+        else:
+            existing.spec.update(spec)
+
+    def _sink_arm(self, arm: _Arm, cols: list[str]) -> None:
+        v = arm.view
+        root = v.dataflow.root
+        if isinstance(root, D.Recompute):
+            raise FeatureNotSupported("internal: a recomputed view's rows come from its arrange operator")
+        sv = self.sink.get(v.view_id)
+        if sv is None:
+            sv = self.sink[v.view_id] = SinkView(v.view_id, tuple(f"v{v.view_id}_o{i}" for i in range(len(cols))))
+        arm.fields.update({"__view": str(v.view_id), "__w": arm.fields["w"]})
+        for c, e in zip(sv.columns, cols, strict=True):
+            arm.fields[c] = e
+
+
+def _needs_seed(n: D.Node) -> bool:
+    return (isinstance(n, D.Reduce) and n.global_) or (isinstance(n, D.Recompute) and not n.partition)
+
+
+def _node_kind(n: Any) -> str:
+    return {D.Join: "join", D.Reduce: "reduce", D.TopN: "topn", D.Recompute: "arrange"}[type(n)]
+
+
+def _row_json(columns: tuple[str, ...], exprs: list[str]) -> str:
+    parts = ", ".join(f"'{_esc(c)}', {e}" for c, e in zip(columns, exprs, strict=True))
+    return f"to_json(named_struct({parts}), {JSON_OPTIONS})" if parts else "'{}'"
+
+
+def _key_json(keys: list[str]) -> str:
+    parts = ", ".join(f"'k{i}', {e}" for i, e in enumerate(keys))
+    return f"to_json(named_struct({parts}), {JSON_OPTIONS})"
+
+
+def _ref(target: str) -> str:
+    if FIELD in target:
+        struct, name = target.split(FIELD, 1)
+        return f"{quote(struct)}.{quote(name)}"
+    return quote(target)
+
+
+def _esc(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _spark_type_name(rel: RelationDef, column: str) -> str:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if column == "rowtime":
+        return "timestamp"
+    for c in rel.columns:
+        if c.name == column:
+            return from_arrow_type(c.type.arrow()).simpleString()
+    raise FeatureNotSupported(f"internal: no column {column} in {rel.name}")
+
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+
+
+def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
+    """How an aggregate argument (or sort key) travels as text: (encoding SQL, value type code for
+    the operator, decoding template of the aggregate's result, the result's Spark type)."""
+    base = vtype.split("(")[0]
+    if fn in ("count", "count_distinct", "count_star"):
+        enc = f"CAST(({value}) AS STRING)" if base != "string" else f"({value})"
+        if base in ("array", "map", "struct") or vtype.startswith(("array", "map", "struct")):
+            enc = f"to_json({value}, {JSON_OPTIONS})"
+        return enc, "string", "CAST({} AS BIGINT)", "bigint"
+    if fn in ("bool_and", "bool_or"):
+        return f"CAST(({value}) AS STRING)", "bool", "CAST({} AS BOOLEAN)", "boolean"
+    if base in _INTEGRAL:
+        if fn == "sum":
+            out = "bigint" if base != "bigint" else "decimal(38,0)"
+            return f"CAST(({value}) AS STRING)", "long", f"CAST({{}} AS {out.upper()})", out
+        if fn == "avg":
+            return f"CAST(({value}) AS STRING)", "long", "CAST({} AS DECIMAL(38,16))", "decimal(38,16)"
+        return f"CAST(({value}) AS STRING)", "long", f"CAST({{}} AS {vtype.upper()})", vtype
+    if base in ("double", "float"):
+        out = "double" if fn in ("sum", "avg") else vtype
+        return f"CAST(CAST(({value}) AS DOUBLE) AS STRING)", "double", f"CAST({{}} AS {out.upper()})", out
+    if base == "decimal":
+        scale = int(vtype.split(",")[1].rstrip(")")) if "," in vtype else 0
+        if fn == "sum":
+            out = f"decimal(38,{scale})"
+        elif fn == "avg":
+            out = f"decimal(38,{max(scale, 16)})"
+        else:
+            out = vtype
+        return f"CAST(({value}) AS STRING)", "decimal", f"CAST({{}} AS {out.upper()})", out
+    if fn in ("sum", "avg"):
+        raise FeatureNotSupported(f"{fn} over {vtype}")
+    if base == "string":
+        return f"({value})", "string", "{}", "string"
+    if base == "boolean":
+        return f"CAST(({value}) AS STRING)", "bool", "CAST({} AS BOOLEAN)", "boolean"
+    if base == "timestamp":
+        return f"CAST(unix_micros({value}) AS STRING)", "long", "timestamp_micros(CAST({} AS BIGINT))", "timestamp"
+    if base == "timestamp_ntz":
+        return (f"CAST(unix_micros(CAST(({value}) AS TIMESTAMP)) AS STRING)", "long",
+                "CAST(timestamp_micros(CAST({} AS BIGINT)) AS TIMESTAMP_NTZ)", "timestamp_ntz")
+    if base == "date":
+        return f"CAST(unix_date({value}) AS STRING)", "long", "date_from_unix_date(CAST({} AS INT))", "date"
+    raise FeatureNotSupported(f"{fn} over values of type {vtype}")
+
+
+# ---- running a pipeline ------------------------------------------------------------------
+
+
+BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table]], None]
+FailureHandler = Callable[[StreamDBError], None]
+
+
+class StreamingPipeline:
+    """One running streaming query and its sink. The handler gets each batch's id, the source
+    offsets it reflects and every view's changes (its columns then `__w`), and commits them; a
+    batch the handler has already committed (a replay after a crash) it ignores."""
+
+    def __init__(self, spark: SparkSession, name: str, checkpoint: Path, on_batch: BatchHandler,
+                 on_failure: FailureHandler, trigger_ms: int = 100) -> None:
+        self.spark = spark
+        self.name = name
+        self.checkpoint = checkpoint
+        self.on_batch = on_batch
+        self.on_failure = on_failure
+        self.trigger_ms = trigger_ms
+        self.compiled: CompiledPipeline | None = None
+        self._query: Any = None
+        self._watcher: threading.Thread | None = None
+        self._stopping = False
+        self.batches = 0
+        self.last_batch_ms: float | None = None
+        self.last_batch_rows = 0
+
+    def start(self, relations: dict[int, RelationDef], views: list[ViewFlow], depth: int,
+              log_spec: LogReaderSpec) -> None:
+        from pyspark.sql.utils import StreamingQueryException  # noqa: F401 - imported for the watcher
+
+        from streamdb.runtime.spark.session import translate_spark_error
+
+        session = self.spark.newSession()
+        session.dataSource.register(log_source.LogSource)
+        # Small micro-batches: fixed costs dominate (one shuffle partition per core is plenty).
+        session.conf.set("spark.sql.adaptive.enabled", "false")
+        try:
+            self.compiled = _Compiler(session, relations, views, depth, log_spec).build()
+            writer = (self.compiled.frame.writeStream.queryName(self.name)
+                      .foreachBatch(self._sink)
+                      .option("checkpointLocation", str(self.checkpoint))
+                      .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
+            self._stopping = False
+            self._query = writer.start()
+        except StreamDBError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plan Spark refuses: the views' error
+            if not _from_spark(e):
+                log.exception("compiling pipeline %s", self.name)
+                raise InternalError(f"compiling the views failed: {type(e).__name__}: {e}") from e
+            raise translate_spark_error(e) from e
+        self._watcher = threading.Thread(target=self._watch, args=(self._query,), name=f"pipeline-{self.name}",
+                                         daemon=True)
+        self._watcher.start()
+
+    def _watch(self, query: Any) -> None:
+        from streamdb.runtime.spark.session import translate_spark_error
+
+        try:
+            query.awaitTermination()
+        except Exception as e:  # noqa: BLE001 - the query failed: report it
+            if not self._stopping:
+                cause = getattr(e, "_cause", None) or e
+                err = _unwrap(e) or translate_spark_error(cause)
+                log.warning("pipeline %s failed: %s", self.name, err.message)
+                self.on_failure(err)
+            return
+        if not self._stopping:
+            self.on_failure(StreamDBError(f"pipeline {self.name} stopped", sqlstate="XX000"))
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._query is not None:
+            try:
+                self._query.stop()
+            except Exception:  # noqa: BLE001 - stopping anyway
+                log.debug("stopping pipeline %s", self.name, exc_info=True)
+            self._query = None
+
+    @property
+    def active(self) -> bool:
+        return self._query is not None and bool(self._query.isActive)
+
+    def _offsets(self, batch_id: int) -> dict[str, Any]:
+        text = (self.checkpoint / "offsets" / str(batch_id)).read_text()
+        return json.loads(text.strip().splitlines()[-1])
+
+    def _sink(self, frame: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        compiled = self.compiled
+        assert compiled is not None
+        offsets = self._offsets(batch_id)
+        recomputed = [s for s in compiled.sink.values() if s.recompute is not None]
+        plain = [s for s in compiled.sink.values() if s.recompute is None]
+        if recomputed:
+            frame = frame.persist()
+        try:
+            tables: dict[int, pa.Table] = {}
+            if plain:
+                cols = ["__view", "__w", *(c for s in plain for c in s.columns)]
+                ids = ", ".join(str(s.view_id) for s in plain)
+                table = frame.where(f"__view IN ({ids})").select(*cols).toArrow()
+                self.last_batch_rows = table.num_rows
+                tables.update(_split(table, plain))
+            for s in recomputed:
+                result = self._recompute(frame, s)
+                if result is not None and result.num_rows:
+                    tables[s.view_id] = result
+            self.on_batch(batch_id, offsets, tables)
+        finally:
+            if recomputed:
+                frame.unpersist()
+        self.batches += 1
+        self.last_batch_ms = (time.monotonic() - started) * 1000
+
+    def _recompute(self, frame: DataFrame, s: SinkView) -> pa.Table | None:
+        """A recomputed view's changes: its query over the old and over the new contents of each
+        partition the batch touched, the old result retracted and the new one added."""
+        assert s.recompute is not None
+        node = s.recompute
+        compiled = self.compiled
+        assert compiled is not None
+        schema = s.input_schema
+        session = frame.sparkSession
+        rows = frame.where(f"__view = {s.view_id}")
+        tag = f"{s.view_id}_{int(time.monotonic() * 1000)}"
+        rows.createOrReplaceTempView(f"__all_{tag}")
+        rows.where("__side = 2").createOrReplaceTempView(f"__fresh_{tag}")
+        contents = session.sql(
+            f"SELECT __side, r.* FROM (SELECT __side, explode(sequence(1, __w)) AS __copy, "
+            f"from_json(__row, 'struct<{_esc(schema)}>', {JSON_OPTIONS}) AS r FROM __all_{tag} "
+            f"WHERE __side IN (0, 1))")
+        parts = []
+        for gen, weight in ((0, -1), (1, 1)):
+            contents.where(f"__side = {gen}").drop("__side").createOrReplaceTempView(f"__p{gen}_{tag}")
+            query = node.query.copy()
+            for t in query.find_all(exp.Table):
+                if t.name == D.PARTITION_TABLE:
+                    t.set("this", exp.to_identifier(f"__p{gen}_{tag}"))
+            names = {c: c for c in s.input_columns}
+            sql = render(query, names)
+            guard = f"EXISTS (SELECT 1 FROM __all_{tag})"
+            if gen == 0:
+                guard += f" AND NOT EXISTS (SELECT 1 FROM __fresh_{tag})"
+            parts.append(f"SELECT q.*, CAST({weight} AS BIGINT) AS __w FROM ({sql}) q WHERE {guard}")
+        table = session.sql(" UNION ALL ".join(parts)).toArrow()
+        for prefix in ("__all", "__fresh", "__p0", "__p1"):
+            session.catalog.dropTempView(f"{prefix}_{tag}")
+        return table
+
+
+def _from_spark(e: BaseException) -> bool:
+    return type(e).__module__.startswith(("pyspark", "py4j"))
+
+
+def _split(table: pa.Table, views: list[SinkView]) -> dict[int, pa.Table]:
+    import pyarrow.compute as pc
+
+    out: dict[int, pa.Table] = {}
+    if table.num_rows == 0:
+        return out
+    ids = table.column("__view")
+    for s in views:
+        rows = table.filter(pc.equal(ids, s.view_id))
+        if rows.num_rows:
+            out[s.view_id] = rows.select([*s.columns, "__w"])
+    return out
+
+
+def _unwrap(e: BaseException) -> StreamDBError | None:
+    """The StreamDBError raised in the sink, if that is what ended the query."""
+    seen = 0
+    cur: BaseException | None = e
+    while cur is not None and seen < 10:
+        if isinstance(cur, StreamDBError):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return None
