@@ -106,6 +106,10 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     if eowc_input is None and not is_time_dependent(q.resolved_sql) and \
             linear_delta_sql(q.resolved_sql, q.inputs) is None:
         aggregate = incremental_aggregate(body, ctx, tuple(c.type for c in q.columns))
+    from streamdb.planner.dataflow import view_strategy
+
+    strategy = view_strategy(q.resolved_sql, q.inputs, ctx.catalog, tuple(c.name for c in q.columns),
+                             eowc=eowc_input is not None)
     return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")),
                           aggregate_strategy=aggregate.explain() if aggregate else None,
-                          aggregate_sql=aggregate.delta_sql if aggregate else None)
+                          aggregate_sql=aggregate.delta_sql if aggregate else None, strategy=strategy)

@@ -789,3 +789,51 @@ def plan_dataflow(resolved: exp.Expression, inputs: tuple[RelationInput, ...], c
     if len(node.columns) != len(names):
         raise Unsupported("a result whose columns could not be matched")
     return Dataflow(node, names)
+
+
+@dataclass(frozen=True, eq=False)
+class ViewStrategy:
+    """How a view is maintained: by its dataflow on the streaming pipelines, or, for the shapes
+    that have none here, recomputed by the epoch driver (`reason` says why)."""
+
+    dataflow: Dataflow | None
+    reason: str | None = None
+
+    @property
+    def label(self) -> str:
+        return "incremental" if self.dataflow is not None else "recompute"
+
+    def explain(self) -> list[str]:
+        if self.dataflow is None:
+            return [f"strategy: recompute on Spark each epoch ({self.reason})"]
+        return [f"strategy: incremental, a Spark Structured Streaming pipeline with {self.dataflow.depth()} "
+                "stateful layer(s); state in Spark's state store",
+                *("  " + line for line in self.dataflow.explain())]
+
+
+def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog: CatalogSnapshot,
+                  names: tuple[str, ...], *, eowc: bool = False) -> ViewStrategy:
+    """The one place a view's strategy is decided (pure: no Spark, no disk)."""
+    from streamdb import types as T
+    from streamdb.planner.incremental import is_time_dependent
+    from streamdb.planner.query import _typed_copy
+    from streamdb.sql.parser import parse_one
+
+    if eowc:
+        return ViewStrategy(None, "EMIT ON WINDOW CLOSE is emitted from the whole input by the epoch driver")
+    if is_time_dependent(resolved_sql):
+        return ViewStrategy(None, "the query reads the clock (now()), so its result changes without new input")
+    for i in inputs:
+        rel = catalog.by_id(i.relation_id) if i.relation_id is not None else None
+        if rel is None:
+            return ViewStrategy(None, f"it reads {i.system_key or i.registered_name}")
+        if any(c.type is T.INTERVAL for c in rel.columns):
+            return ViewStrategy(None, f"{rel.name} has an INTERVAL column, which Spark cannot read")
+    try:
+        typed = _typed_copy(parse_one(resolved_sql), inputs)
+    except Exception as e:  # noqa: BLE001 - a shape sqlglot cannot qualify and type
+        return ViewStrategy(None, f"the query could not be typed ({type(e).__name__})")
+    try:
+        return ViewStrategy(plan_dataflow(typed, inputs, catalog, names))
+    except Unsupported as e:
+        return ViewStrategy(None, str(e))

@@ -95,10 +95,11 @@ class Engine:
         """A relation changed: views over it have work to do."""
         self.views.notify()
 
-    async def flush(self) -> list[Notice]:
-        """Acknowledged writes are durable and visible to ad hoc reads at once; wait for the views.
-        Returns a warning for each view that is failing and so could not catch up."""
-        return await self.views.flush()
+    async def flush(self, only: set[int] | None = None, raise_failing: bool = False) -> list[Notice]:
+        """Acknowledged writes are durable and visible to ad hoc reads at once; wait for the views
+        (all, or those in `only`). Returns a warning for each view that is failing and so could not
+        catch up, or with `raise_failing` raises the first one's error."""
+        return await self.views.flush(only, raise_failing)
 
     def login_info(self, user: str) -> LoginInfo | None:
         role = self.catalog.snapshot().role(user)

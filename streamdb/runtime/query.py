@@ -137,8 +137,18 @@ async def run(engine: Engine, plan: QueryPlan, session: SessionInfo) -> list[tup
     return (await run_reporting_engine(engine, plan, session))[1]
 
 
+def check_views_readable(engine: Engine, plan: QueryPlan) -> None:
+    """A failing materialized view is read as its error (as Materialize does), not as stale rows."""
+    for inp in plan.inputs:
+        if inp.relation_id is not None:
+            error = engine.views.read_error(inp.relation_id)
+            if error is not None:
+                raise error
+
+
 async def run_reporting_engine(engine: Engine, plan: QueryPlan, session: SessionInfo,
                                limit_result: bool = False) -> tuple[str, list[tuple[Any, ...]]]:
+    check_views_readable(engine, plan)
     if plan.lookup is not None:
         # A current index answers on the event loop: a thread hop would cost more than the lookup.
         rows = lookup_rows(engine, plan, build=False)

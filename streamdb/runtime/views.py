@@ -99,6 +99,9 @@ class ViewStatus:
     # scan of an input's changes for every view over it, planner/fused.py).
     spark_job: str | None = None
     emitted_until: dt.datetime | None = None  # EMIT ON WINDOW CLOSE: windows ending by here are out
+    # Maintained by a streaming pipeline (runtime/pipelines.py): its name; None: the epoch driver.
+    pipeline: str | None = None
+    strategy: str | None = None  # what SHOW QUERIES shows in brackets
 
 
 def _normalize(v: Any) -> Any:
@@ -175,6 +178,32 @@ def _add_weights(view: RelationDef, snap: Any, store: str, weights: Counter[tupl
         new_by_key[key] = (row, n)
 
 
+def stage_changes(view: RelationDef, snap: Any, weights: Counter[tuple[Any, ...]], commit: Commit,
+                  rowtime: dt.datetime) -> int:
+    """Add a view's row changes (row -> weight) to `commit`: its stored multiset updated and one change
+    batch appended to its log. Returns how many rows changed."""
+    store = state_store(view.id)
+    old: dict[bytes, tuple[tuple[Any, ...], int]] = {}
+    new_by_key: dict[bytes, tuple[tuple[Any, ...], int]] = {}
+    _add_weights(view, snap, store, weights, old, new_by_key)
+    rows, counts, keys = [], [], []
+    for key, (row, m) in new_by_key.items():
+        n = old.get(key, (row, 0))[1]
+        if m == n:
+            continue
+        rows.append(row)
+        counts.append(m - n)
+        keys.append(key)
+        if m == 0:
+            commit.deletes.append((store, key))
+        else:
+            commit.puts.append((store, key, C.encode_view_row(row, m)))
+    if rows:
+        payload = C.encode_batch(view, rows, [rowtime] * len(rows), counts, keys)
+        commit.appends.append(Append(view.id, 0, payload, len(rows)))
+    return len(rows)
+
+
 def _coerce_partial(value: Any, column: Column) -> Any:
     t = column.type
     if isinstance(t, T.ArraySqlType) and t.element is not None:  # count(DISTINCT)'s values
@@ -225,6 +254,43 @@ class ViewMaintainer:
         # dominate an epoch, so plans are kept per view for the catalog version they were made at.
         self._plans: dict[int, tuple[int, QueryPlan, str | None, IncrementalAggregate | None]] = {}
         self._flat_cache: dict[str, FlatQuery | None] = {}
+        from streamdb.runtime.pipelines import PipelineManager
+
+        # Views with a dataflow run on streaming pipelines; this loop recomputes the rest.
+        self.pipelines = PipelineManager(engine, self)
+
+    def read_error(self, relation_id: int) -> StreamDBError | None:
+        """The error reading this relation gives while it is a failing view (None: readable)."""
+        st = self.status.get(relation_id)
+        if st is None or st.error is None:
+            return None
+        view = self.engine.catalog.snapshot().by_id(relation_id)
+        if view is None or view.kind != "materialized_view":
+            return None
+        return StreamDBError(f'materialized view "{view.name}" is failing: {st.error}',
+                             sqlstate=st.error_sqlstate or "XX000",
+                             hint="SHOW QUERIES shows each view's state; the view recovers once the cause "
+                                  "is gone (the row retracted, the fault over).")
+
+    def status_of(self, view_id: int) -> ViewStatus:
+        return self.status.setdefault(view_id, ViewStatus())
+
+    def progressed(self, wake: bool = False) -> None:
+        """Some view moved on (callable from any thread): FLUSH waiters look again."""
+        loop = self.engine.loop
+        if loop is None or loop.is_closed():
+            return
+
+        async def notify() -> None:
+            async with self._progress:
+                self._progress.notify_all()
+
+        def schedule() -> None:
+            loop.create_task(notify())
+            if wake:
+                self._wake.set()
+
+        loop.call_soon_threadsafe(schedule)
 
     def start(self) -> None:
         self._load_progress()
@@ -232,6 +298,7 @@ class ViewMaintainer:
         self._wake.set()  # catch up on anything written before a restart
 
     async def stop(self) -> None:
+        await asyncio.to_thread(self.pipelines.stop)
         if self._task is not None:
             self._task.cancel()
             try:
@@ -268,7 +335,7 @@ class ViewMaintainer:
             # Time-dependent views tick; views whose commit failed for lack of disk space retry
             # (the space may be freed without any new write to wake the loop).
             timeout = None
-            if any(st.time_dependent for st in self.status.values()):
+            if any(st.time_dependent for st in self.status.values()) or self.pipelines.retry_pending():
                 timeout = TICK_SECONDS
             elif any(st.error_sqlstate == DiskFull.sqlstate for st in self.status.values()):
                 timeout = DISK_FULL_RETRY_SECONDS
@@ -295,7 +362,13 @@ class ViewMaintainer:
             for view_id in [v for v in self.status if catalog.by_id(v) is None]:
                 del self.status[view_id]  # dropped: forget it, time-dependent ticks included
                 self._plans.pop(view_id, None)
-            for level in levels(topological(catalog)):
+            if self.pipelines.synced_version != catalog.version or self.pipelines.retry_pending():
+                try:
+                    await asyncio.to_thread(self.pipelines.sync)
+                except Exception:  # noqa: BLE001 - the views keep their errors; try again next epoch
+                    log.exception("starting the view pipelines failed")
+            mine = [v for v in topological(catalog) if not self.pipelines.owns(v.id)]
+            for level in levels(mine):
                 await asyncio.to_thread(self._maintain_level, level)
             for sub in list(self.subscriptions.values()):
                 try:
@@ -809,15 +882,25 @@ class ViewMaintainer:
         done = st.processed if st else {}
         return sum(sum(c) - sum(done.get(k, (0,) * len(c))) for k, c in current.items())
 
-    async def flush(self) -> list[Notice]:
-        """Wait until every view reflects every write acknowledged before this call.
+    async def flush(self, only: set[int] | None = None, raise_failing: bool = False) -> list[Notice]:
+        """Wait until every view (or those in `only`, with the views they read) reflects every write
+        acknowledged before this call.
 
         Base inputs (streams, tables) must reach their offsets as of the call; a view over
-        a view must reach the offsets its input had once that input was itself done.
+        a view must reach the offsets its input had once that input was itself done. A failing
+        view cannot catch up: it is reported (a warning, or with `raise_failing` its error once the
+        other views are done).
         """
         catalog = self.engine.catalog.snapshot()
         views = topological(catalog)
+        if only is not None:
+            wanted = set(only)
+            for v in reversed(views):
+                if v.id in wanted:
+                    wanted.update(v.depends_on)
+            views = [v for v in views if v.id in wanted]
         notices: list[Notice] = []
+        failing: list[StreamDBError] = []
         if not views:
             return notices
         with self.engine.storage.snapshot() as snap:
@@ -842,6 +925,9 @@ class ViewMaintainer:
                     st = self.status.get(v.id)
                     if st is not None and st.error is not None:
                         # A failed view cannot catch up; say so, and do not hold up the others.
+                        error = self.read_error(v.id)
+                        if error is not None:
+                            failing.append(error)
                         notices.append(Notice(f'materialized view "{v.name}" is failing and was not '
                                               f"brought up to date: {st.error}", severity="WARNING",
                                               sqlstate=st.error_sqlstate or "XX000",
@@ -862,6 +948,8 @@ class ViewMaintainer:
                     else:
                         pending.append(v)
             if not pending:
+                if raise_failing and failing:
+                    raise failing[0]
                 return notices
             remaining = deadline - time.monotonic()
             if remaining <= 0:

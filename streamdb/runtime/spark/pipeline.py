@@ -54,6 +54,7 @@ RECORD_FIELDS = ("op", "side", "k", "row", "row2", "a", "w")
 RECORD_TYPES = {"op": "INT", "side": "INT", "k": "STRING", "row": "STRING", "row2": "STRING",
                 "a": "ARRAY<STRING>", "w": "BIGINT"}
 MAX_OPS_PER_VIEW = 64
+JVM_SOURCE = "streamdb.spark.LogProvider"
 
 
 @dataclass
@@ -120,7 +121,10 @@ def substitute(e: exp.Expression, defs: dict[str, exp.Expression]) -> exp.Expres
     def fix(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and node.name in defs:
             d = defs[node.name]
-            return d.copy() if isinstance(d, (exp.Column, exp.Literal)) else exp.Paren(this=d.copy())
+            out = d.copy() if isinstance(d, (exp.Column, exp.Literal)) else exp.Paren(this=d.copy())
+            if out.type is None or out.type.this == exp.DataType.Type.UNKNOWN:
+                out.type = node.type  # Spark SQL with Postgres semantics needs it (integer division)
+            return out
         return node
 
     return e.copy().transform(fix)
@@ -205,6 +209,9 @@ class _Compiler:
         self.pass_of: dict[tuple[Any, int], int] = {}  # (frontier, layer) -> PASS op carrying it there
         self.pass_frontier: dict[int, Any] = {}
         self.view_of_op: dict[int, ViewFlow] = {}
+        self._next_of: dict[int, int] = {}  # view -> its next free operator slot
+        # (view, layer) -> the PASS op carrying the view's error rows into that layer.
+        self.err_pass: dict[tuple[int, int], int] = {}
 
     # -- the source --
 
@@ -241,7 +248,7 @@ class _Compiler:
             for i, n in enumerate(stateful):
                 self.op_of[n] = v.ops_base + i
                 self.view_of_op[v.ops_base + i] = v
-            self._next = len(stateful)
+            self._next_of[v.view_id] = len(stateful)
             self._view = v
             for _consumer, layer, child in self._consumers_of(v):
                 if child is None:
@@ -268,16 +275,42 @@ class _Compiler:
         for layer in range(lvl + 1, boundary + 1):
             key = (frontier, layer)
             if key not in self.pass_of:
-                if self._next >= MAX_OPS_PER_VIEW:
-                    raise FeatureNotSupported("a view with this many stateful operators")
-                pid = self._view.ops_base + self._next
-                self._next += 1
+                pid = self._new_op(self._view)
                 self.pass_of[key] = pid
                 self.pass_frontier[pid] = frontier
                 self.view_of_op[pid] = self._view
                 self.layer_ops[layer][pid] = _Op(pid, "pass")
             carrier = self.pass_of[key]
         return carrier
+
+    def _new_op(self, v: ViewFlow) -> int:
+        n = self._next_of[v.view_id]
+        if n >= MAX_OPS_PER_VIEW:
+            raise FeatureNotSupported("a view with this many stateful operators")
+        self._next_of[v.view_id] = n + 1
+        return v.ops_base + n
+
+    def _error_carrier(self, v: ViewFlow, layer: int) -> int:
+        """The PASS op taking the view's error rows into `layer` (made on first use)."""
+        key = (v.view_id, layer)
+        if key not in self.err_pass:
+            pid = self._new_op(v)
+            self.err_pass[key] = pid
+            self.view_of_op[pid] = v
+            self.layer_ops[layer][pid] = _Op(pid, "pass")
+        return self.err_pass[key]
+
+    def _error_arm(self, v: ViewFlow, b: int, cond: str, message: str, w: str) -> _Arm:
+        """Rows that would raise an error in the view's expressions: they become the view's errors
+        (with their weights, so a retraction takes an error back), not a failure of the pipeline."""
+        arm = _Arm(v, ("error", v.view_id), 0, cond)
+        text = f"'{_esc(message)}'"
+        if b == self.depth:
+            arm.fields.update({"__view": str(v.view_id), "__w": w, "__err": text})
+        else:
+            arm.fields.update({"op": str(self._error_carrier(v, b + 1)), "side": "0", "k": text, "row": "NULL",
+                               "row2": "NULL", "a": "NULL", "w": w})
+        return arm
 
     def _carrier_at(self, frontier: Any, boundary: int) -> int | None:
         lvl = D.level(frontier) if isinstance(frontier, D.Node) else 0
@@ -292,7 +325,10 @@ class _Compiler:
 
         self.plan_ops()
         plan = self.source_plan()
-        frame = self.spark.readStream.format(log_source.NAME).option("plan", json.dumps(plan)).load()
+        # The RocksDB log is read in the JVM (jvm/.../LogProvider.java: no Python process per source
+        # or task); the Kafka log through pyspark's Python data source (log_source.py).
+        source = JVM_SOURCE if self.log_spec.kind == "rocksdb" else log_source.NAME
+        frame = self.spark.readStream.format(source).option("plan", json.dumps(plan)).load()
         specs = []
         for b in range(self.depth + 1):
             frame = self._boundary(frame, b)
@@ -310,6 +346,7 @@ class _Compiler:
         row to the arms it feeds, encode the next layer's records (or the sink's columns)."""
         from pyspark.sql import functions as F
 
+        self._errors: list[_Arm] = []
         decode: dict[str, str] = {}
         arms: list[_Arm] = []
         for v in self.views:
@@ -329,6 +366,12 @@ class _Compiler:
             for (frontier, layer), pid in self.pass_of.items():
                 if layer == b + 1 and self.view_of_op[pid] is v:
                     arms.append(self._pass_arm(v, pid, frontier, b, decode))
+            carried = self.err_pass.get((v.view_id, b))
+            if carried is not None:  # errors from below go on up
+                arms.append(self._error_arm(v, b, f"op = {carried}", "", "w"))
+                arms[-1].fields["__err" if b == self.depth else "k"] = "k"
+        arms.extend(self._errors)
+        self._errors = []
         if not arms:
             raise FeatureNotSupported("internal: a pipeline boundary with nothing to route")
         frame = frame.select("*", *[F.expr(e).alias(n) for n, e in decode.items()])
@@ -338,9 +381,10 @@ class _Compiler:
         choose = F.array(*[F.expr(f"CASE WHEN {a.cond} THEN {i} END") for i, a in enumerate(arms)])
         routed = frame.select("*", F.explode(choose).alias("__arm")).where("__arm IS NOT NULL")
         if b == self.depth:
-            names = ["__view", "__w", "__side", "__k", "__row", *(c for s in self.sink.values() for c in s.columns)]
+            names = ["__view", "__w", "__side", "__k", "__row", "__err",
+                     *(c for s in self.sink.values() for c in s.columns)]
             types: dict[str, str] = {"__view": "INT", "__w": "BIGINT", "__side": "INT", "__k": "STRING",
-                                     "__row": "STRING"}
+                                     "__row": "STRING", "__err": "STRING"}
         else:
             names, types = list(RECORD_FIELDS), RECORD_TYPES
         out = []
@@ -447,6 +491,12 @@ class _Compiler:
             for i, k in enumerate(consumer.partition):
                 value(f"k{i}", k)
         arm.fields["w"] = "__w" if isinstance(p.frontier, D.Scan) and b == 0 else "w"
+        asts = [*p.exprs, *(substitute(e, defs) for e in _value_asts(consumer, side))]
+        err = _division_errors(p.cond, asts, names)
+        if err is not None:
+            arm.cond = f"{cond} AND NOT ({err})" + "".join(f" AND ({render(c, names)})" for c in p.cond)
+            self._errors.append(self._error_arm(v, b, f"{cond} AND ({err})", "22012:division by zero",
+                                                arm.fields["w"]))
         return arm
 
     def _seed_arm(self, v: ViewFlow, consumer: Any, b: int) -> _Arm:
@@ -495,6 +545,8 @@ class _Compiler:
     def _encode(self, arm: _Arm, b: int) -> None:
         """The arm's record fields (or sink columns), now that its values' types are known."""
         consumer = arm.consumer
+        if isinstance(consumer, tuple) and consumer[0] == "error":
+            return
         if consumer == "sink" and arm.child is None:
             return  # a recomputed view's arranged rows: nothing to encode
         if arm.seed or (isinstance(consumer, tuple) and consumer[0] == "pass"):
@@ -594,6 +646,53 @@ class _Compiler:
             arm.fields[c] = e
 
 
+def _value_asts(consumer: Any, side: int) -> list[exp.Expression]:
+    """The expressions over its input's columns a consumer evaluates (keys, arguments)."""
+    if isinstance(consumer, D.Join):
+        return list(consumer.left_keys if side == 0 else consumer.right_keys)
+    if isinstance(consumer, D.Reduce):
+        return [*consumer.group, *(c.arg for c in consumer.aggs if c.arg is not None)]
+    if isinstance(consumer, D.TopN):
+        return [*consumer.partition, *(k.expr for k in consumer.order)]
+    if isinstance(consumer, D.Recompute):
+        return list(consumer.partition)
+    return []
+
+
+_CONDITIONAL = (exp.Case, exp.If, exp.Coalesce, exp.And, exp.Or, exp.Nullif)
+
+
+def _divisors(e: exp.Expression) -> list[exp.Expression]:
+    """Divisors of the divisions in `e` that are always evaluated (not under CASE, COALESCE, AND, ...)."""
+    out = []
+    for node in e.walk():
+        if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)):
+            p = node.parent
+            while p is not None and not isinstance(p, _CONDITIONAL):
+                p = p.parent
+            if p is None:
+                out.append(node.expression)
+    return out
+
+
+def _division_errors(conds: list[exp.Expression], values: list[exp.Expression], names: dict[str, str]) -> str | None:
+    """When a row divides by zero (Postgres: 22012): a condition over the frontier's columns, true for
+    the rows whose filters before the division pass and whose divisor is 0 (None: no division)."""
+    terms = []
+    for i, c in enumerate(conds):
+        zero = [f"({render(d, names)}) = 0" for d in _divisors(c)]
+        if zero:
+            before = [f"({render(x, names)})" for x in conds[:i]]
+            terms.append(" AND ".join([*before, "(" + " OR ".join(zero) + ")"]))
+    zero = [f"({render(d, names)}) = 0" for v in values for d in _divisors(v)]
+    if zero:
+        before = [f"({render(x, names)})" for x in conds]
+        terms.append(" AND ".join([*before, "(" + " OR ".join(zero) + ")"]))
+    if not terms:
+        return None
+    return "coalesce(" + " OR ".join(f"({t})" for t in terms) + ", false)"
+
+
 def _needs_seed(n: D.Node) -> bool:
     return (isinstance(n, D.Reduce) and n.global_) or (isinstance(n, D.Recompute) and not n.partition)
 
@@ -686,7 +785,8 @@ def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
 # ---- running a pipeline ------------------------------------------------------------------
 
 
-BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table]], None]
+# (batch id, its end offsets, each view's changes, each view's error changes: message -> weight)
+BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table], dict[int, dict[str, int]]], None]
 FailureHandler = Callable[[StreamDBError], None]
 
 
@@ -707,6 +807,7 @@ class StreamingPipeline:
         self._query: Any = None
         self._watcher: threading.Thread | None = None
         self._stopping = False
+        self._sink_error: StreamDBError | None = None
         self.batches = 0
         self.last_batch_ms: float | None = None
         self.last_batch_rows = 0
@@ -747,8 +848,8 @@ class StreamingPipeline:
             query.awaitTermination()
         except Exception as e:  # noqa: BLE001 - the query failed: report it
             if not self._stopping:
-                cause = getattr(e, "_cause", None) or e
-                err = _unwrap(e) or translate_spark_error(cause)
+                err = self._sink_error or _unwrap(e) or translate_spark_error(e)
+                self._sink_error = None
                 log.warning("pipeline %s failed: %s", self.name, err.message)
                 self.on_failure(err)
             return
@@ -773,6 +874,22 @@ class StreamingPipeline:
         return json.loads(text.strip().splitlines()[-1])
 
     def _sink(self, frame: DataFrame, batch_id: int) -> None:
+        from streamdb.runtime.spark.session import translate_spark_error
+
+        try:
+            self._sink_batch(frame, batch_id)
+        except StreamDBError as e:
+            self._sink_error = e
+            raise
+        except Exception as e:  # noqa: BLE001 - the batch failed: keep why, for the views' status
+            if _from_spark(e):
+                self._sink_error = translate_spark_error(e)
+            else:
+                log.exception("pipeline %s: batch %d", self.name, batch_id)
+                self._sink_error = InternalError(f"{type(e).__name__}: {e}")
+            raise
+
+    def _sink_batch(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         compiled = self.compiled
         assert compiled is not None
@@ -783,22 +900,23 @@ class StreamingPipeline:
             frame = frame.persist()
         try:
             tables: dict[int, pa.Table] = {}
-            if plain:
-                cols = ["__view", "__w", *(c for s in plain for c in s.columns)]
-                ids = ", ".join(str(s.view_id) for s in plain)
-                table = frame.where(f"__view IN ({ids})").select(*cols).toArrow()
-                self.last_batch_rows = table.num_rows
-                tables.update(_split(table, plain))
+            cols = ["__view", "__w", "__err", *(c for s in plain for c in s.columns)]
+            ids = ", ".join(str(s.view_id) for s in plain) or "NULL"
+            table = frame.where(f"__view IN ({ids}) OR __err IS NOT NULL").select(*cols).toArrow()
+            self.last_batch_rows = table.num_rows
+            errors = _errors(table)
+            tables.update(_split(table, plain))
             for s in recomputed:
                 result = self._recompute(frame, s)
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
-            self.on_batch(batch_id, offsets, tables)
+            self.on_batch(batch_id, offsets, tables, errors)
         finally:
             if recomputed:
                 frame.unpersist()
         self.batches += 1
         self.last_batch_ms = (time.monotonic() - started) * 1000
+        log.info("pipeline %s: batch %d in %.0f ms (sink)", self.name, batch_id, self.last_batch_ms)
 
     def _recompute(self, frame: DataFrame, s: SinkView) -> pa.Table | None:
         """A recomputed view's changes: its query over the old and over the new contents of each
@@ -809,7 +927,7 @@ class StreamingPipeline:
         assert compiled is not None
         schema = s.input_schema
         session = frame.sparkSession
-        rows = frame.where(f"__view = {s.view_id}")
+        rows = frame.where(f"__view = {s.view_id} AND __err IS NULL")
         tag = f"{s.view_id}_{int(time.monotonic() * 1000)}"
         rows.createOrReplaceTempView(f"__all_{tag}")
         rows.where("__side = 2").createOrReplaceTempView(f"__fresh_{tag}")
@@ -840,12 +958,25 @@ def _from_spark(e: BaseException) -> bool:
     return type(e).__module__.startswith(("pyspark", "py4j"))
 
 
+def _errors(table: pa.Table) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    if table.num_rows == 0 or table.column("__err").null_count == table.num_rows:
+        return out
+    for view, err, w in zip(*(table.column(c).to_pylist() for c in ("__view", "__err", "__w")), strict=True):
+        if err is not None:
+            by_view = out.setdefault(view, {})
+            by_view[err] = by_view.get(err, 0) + w
+    return out
+
+
 def _split(table: pa.Table, views: list[SinkView]) -> dict[int, pa.Table]:
     import pyarrow.compute as pc
 
     out: dict[int, pa.Table] = {}
     if table.num_rows == 0:
         return out
+    if table.column("__err").null_count != table.num_rows:
+        table = table.filter(pc.is_null(table.column("__err")))
     ids = table.column("__view")
     for s in views:
         rows = table.filter(pc.equal(ids, s.view_id))

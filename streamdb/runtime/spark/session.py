@@ -49,6 +49,7 @@ from streamdb.errors import (
     UndefinedFunction,
     UndefinedTable,
 )
+from streamdb.runtime.spark.jvm import jar_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,6 +89,11 @@ logger.executor.name = org.apache.spark.executor.Executor
 logger.executor.level = fatal
 logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
 logger.tasksetmanager.level = error
+# A pipeline's batch taking longer than its trigger interval is normal under load, not a warning.
+logger.processingtime.name = org.apache.spark.sql.execution.streaming
+logger.processingtime.level = error
+logger.microbatch.name = org.apache.spark.scheduler.DAGScheduler
+logger.microbatch.level = error
 """
 
 
@@ -359,6 +365,13 @@ class SparkRuntime:
             "spark.driver.extraJavaOptions": " ".join(java_opts),
             "spark.pyspark.python": sys.executable,
             "spark.sql.adaptive.enabled": "true",
+            # The view engine (runtime/spark/pipeline.py): its operators' jar, and their state in
+            # RocksDB on the executors, checkpointed as changelogs (not whole snapshots) per batch.
+            "spark.jars": str(jar_path()),
+            "spark.sql.streaming.stateStore.providerClass":
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         }
         if _is_loopback_master(self.master):
             conf["spark.driver.bindAddress"] = "127.0.0.1"

@@ -74,8 +74,8 @@ async def _hydrate(ctx: ExecContext, name: str, tag: str) -> ExecutionResult:
     """Like RisingWave and Materialize, CREATE MATERIALIZED VIEW returns once the view holds its
     query's result, so the next SELECT sees it; a query Spark cannot run fails the CREATE."""
     engine = ctx.engine
-    notices = await engine.flush()
     view = engine.catalog.snapshot().get(name)
+    notices = await engine.flush(only={view.id} if view is not None else None)
     status = engine.views.status.get(view.id) if view is not None else None
     if view is not None and status is not None and status.error is not None:
         async with engine.ddl_lock:

@@ -66,15 +66,18 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
             lag = views.lag(r)
             status = "failed" if st and st.error else ("running" if st and st.epochs else "starting")
             if st and st.epochs and not st.error:
-                status += (" (incremental aggregate)" if st.partials else " (incremental)" if st.incremental
-                           else " (recompute)")
+                if st.pipeline is not None:
+                    status += " (incremental)"
+                else:
+                    status += (" (incremental aggregate)" if st.partials else " (incremental)" if st.incremental
+                               else " (recompute)")
             with ctx.engine.storage.snapshot() as snap:
                 count = ctx.engine.reader.row_count(r, snap)
             late = _late_events(ctx, r.depends_on)
             rows.append((r.name, r.shown_kind.replace("_", " ") + (" (derived)" if r.shown_kind != r.kind else ""),
                          status, st.epochs if st else 0, lag,
                          count, st.last_epoch_ms if st else None, st.error if st else None, late,
-                         st.spark_job if st else None))
+                         (f"pipeline {st.pipeline}" if st.pipeline else st.spark_job) if st else None))
         for sub in list(views.subscriptions.values()):
             status = "failed" if sub.error else ("running" if sub.started else "starting")
             status += " (incremental)" if sub.plan.delta_sql else " (recompute)"

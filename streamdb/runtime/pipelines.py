@@ -1,0 +1,410 @@
+"""Which view runs in which streaming pipeline, and what the server does with their batches.
+
+Views whose query has a dataflow (planner/dataflow.py) are maintained by Spark Structured
+Streaming pipelines (runtime/spark/pipeline.py): one per number of stateful layers, so a new
+view restarts only the pipeline of its depth. For each view the manager keeps, in the view's
+stored progress (`view:<id>` in the meta store, beside the epoch driver's fields):
+
+- `ops_base`: the ids of its operator instances, whose state lives in Spark's state store;
+- `joins`: the offsets from which it takes live changes (its history before them came as its
+  backfill), fixed when it joined its pipeline so a replayed batch reads what it read before;
+- `fp`: its dataflow's fingerprint; a different plan (new code, a changed relation) gets new
+  operator ids, new join points and its stored rows retracted, then a fresh backfill;
+- `batch`: the last batch of its pipeline it reflects. A batch is committed once per view: its
+  changes, its stored rows and the input offsets it reflects go into one atomic write, so a
+  batch Spark replays after a crash changes nothing twice (exactly-once).
+
+A failing pipeline marks its views failed (SHOW QUERIES, FLUSH, reads of the views) and is
+restarted with backoff; see docs/views.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from streamdb import metrics as M
+from streamdb import types as T
+from streamdb.catalog import CatalogSnapshot, RelationDef
+from streamdb.errors import StreamDBError
+from streamdb.planner import dataflow as D
+from streamdb.planner import query as query_planner
+from streamdb.planner.context import PlanContext, SessionInfo
+from streamdb.runtime import changes as C
+from streamdb.runtime.api import Column
+from streamdb.runtime.query import arrow_to_rows
+from streamdb.storage.base import Append, Commit, LogReaderSpec, state_store
+
+if TYPE_CHECKING:
+    from streamdb.runtime.engine import Engine
+    from streamdb.runtime.views import ViewMaintainer
+
+log = logging.getLogger("streamdb.pipelines")
+
+META = "meta"
+_SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
+OPS_PER_VIEW = 1024  # ops_base = view id * 1024 + generation * 64
+RETRY_MIN_SECONDS = 1.0
+RETRY_MAX_SECONDS = 60.0
+# Bumped when the compiled form of dataflows changes: views then rebuild their state.
+PLAN_VERSION = "1"
+
+
+def fingerprint(dataflow: D.Dataflow) -> str:
+    text = PLAN_VERSION + "\n" + "\n".join(dataflow.explain())
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Running:
+    depth: int
+    pipeline: Any  # StreamingPipeline
+    key: tuple[tuple[int, str], ...]  # (view id, fingerprint) of its views
+    views: dict[int, D.Dataflow]
+    failures: int = 0
+    retry_at: float | None = None
+    failed: StreamDBError | None = None
+
+
+@dataclass
+class _ViewState:
+    """A view's pipeline bookkeeping, as stored."""
+
+    depth: int
+    gen: int
+    ops_base: int
+    joins: dict[int, tuple[int, ...]]
+    fp: str
+    batch: int = -1
+    done: bool = False
+    reset: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"depth": self.depth, "gen": self.gen, "ops_base": self.ops_base,
+                "joins": {str(k): list(v) for k, v in self.joins.items()}, "fp": self.fp, "batch": self.batch,
+                "done": self.done, "reset": self.reset}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> _ViewState:
+        return _ViewState(d["depth"], d["gen"], d["ops_base"], {int(k): tuple(v) for k, v in d["joins"].items()},
+                          d["fp"], d.get("batch", -1), d.get("done", False), d.get("reset", False))
+
+
+class PipelineManager:
+    def __init__(self, engine: Engine, maintainer: ViewMaintainer) -> None:
+        self.engine = engine
+        self.maintainer = maintainer
+        self._sync_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self.synced_version = -1
+        self._running: dict[int, _Running] = {}
+        self._strategies: dict[int, tuple[int, D.ViewStrategy]] = {}
+        self._states: dict[int, _ViewState] = {}
+        self._owned: set[int] = set()
+        self._errors: dict[int, dict[str, int]] = {}  # view -> "sqlstate:message" -> count
+
+    # ---- strategy -------------------------------------------------------------------------
+
+    def strategy(self, view: RelationDef, catalog: CatalogSnapshot) -> D.ViewStrategy:
+        """The view's strategy for this catalog version (planned once per version)."""
+        cached = self._strategies.get(view.id)
+        if cached is not None and cached[0] == catalog.version:
+            return cached[1]
+        from streamdb.runtime.views import view_query
+
+        extra = dict(view.extra)
+        try:
+            plan = query_planner.plan_query(view_query(view), PlanContext(catalog, _SYSTEM_SESSION))
+            strategy = D.view_strategy(plan.resolved_sql, plan.inputs, catalog, tuple(c.name for c in view.columns),
+                                       eowc=extra.get("eowc_input") is not None)
+        except StreamDBError as e:
+            strategy = D.ViewStrategy(None, e.message)
+        self._strategies[view.id] = (catalog.version, strategy)
+        return strategy
+
+    def owns(self, view_id: int) -> bool:
+        """Whether the view is maintained by a pipeline (the epoch driver leaves it alone)."""
+        return view_id in self._owned
+
+    def retry_pending(self) -> bool:
+        return any(r.retry_at is not None for r in self._running.values())
+
+    # ---- keeping pipelines in step with the catalog ---------------------------------------------
+
+    def sync(self) -> None:
+        """Start, restart or stop pipelines so each runs the views the catalog has (blocking: Spark
+        calls; run it in a thread)."""
+        from streamdb.runtime.views import topological
+
+        spark = self.engine.spark
+        if spark is None or spark.status != "ready":
+            return
+        with self._sync_lock:
+            catalog = self.engine.catalog.snapshot()
+            self._strategies = {k: v for k, v in self._strategies.items() if catalog.by_id(k) is not None}
+            wanted: dict[int, dict[int, D.Dataflow]] = {}
+            owned: set[int] = set()
+            for view in topological(catalog):
+                strategy = self.strategy(view, catalog)
+                st = self.maintainer.status_of(view.id)
+                st.strategy = strategy.label if strategy.dataflow is not None else f"recompute: {strategy.reason}"
+                if strategy.dataflow is None:
+                    st.pipeline = None
+                    continue
+                depth = strategy.dataflow.depth()
+                wanted.setdefault(depth, {})[view.id] = strategy.dataflow
+                owned.add(view.id)
+                st.pipeline = f"depth-{depth}"
+            self._owned = owned
+            now = time.monotonic()
+            for depth in sorted(set(wanted) | set(self._running)):
+                views = wanted.get(depth, {})
+                running = self._running.get(depth)
+                key = tuple(sorted((vid, fingerprint(df)) for vid, df in views.items()))
+                if running is not None and running.key == key:
+                    if running.retry_at is None or running.retry_at > now:
+                        continue  # as it should be (or waiting to retry)
+                self._restart(depth, views, key, catalog, running)
+            self.synced_version = catalog.version
+
+    def _restart(self, depth: int, views: dict[int, D.Dataflow], key: tuple[tuple[int, str], ...],
+                 catalog: CatalogSnapshot, running: _Running | None) -> None:
+        from streamdb.runtime.spark.pipeline import StreamingPipeline, ViewFlow
+
+        t0 = time.monotonic()
+        if running is not None:
+            running.pipeline.stop()
+            del self._running[depth]
+        log.info("pipeline depth-%d: stopped in %.0f ms", depth, (time.monotonic() - t0) * 1000)
+        if not views:
+            return
+        engine = self.engine
+        checkpoint = self._checkpoint(depth)
+        fresh = not (checkpoint / "offsets").exists()
+        commit = Commit()
+        flows = []
+        now = dt.datetime.now(dt.UTC)
+        with engine.storage.snapshot() as snap:
+            for vid, df in sorted(views.items()):
+                view = catalog.by_id(vid)
+                assert view is not None
+                state = self._load_state(vid, snap)
+                fp = fingerprint(df)
+                if state is None or state.fp != fp or state.depth != depth or fresh:
+                    gen = 0 if state is None else state.gen + 1
+                    joins = {rid: (0,) * len(ends) if fresh else ends
+                             for rid in df.relations()
+                             if (rel := catalog.by_id(rid)) is not None
+                             for ends in [engine.reader.end_offsets(rel, snap)]}
+                    had_rows = any(True for _ in snap.scan(state_store(vid)))
+                    state = _ViewState(depth, gen, vid * OPS_PER_VIEW + (gen % 16) * 64, joins, fp,
+                                       reset=had_rows)
+                    if had_rows:
+                        self._retract_all(view, snap, commit, now)
+                        state.reset = False
+                    commit.deletes.append((META, f"view-errors:{vid}".encode()))  # recomputed too
+                    self._stage_state(vid, state, snap, commit)
+                self._states[vid] = state
+                self._errors.pop(vid, None)
+                self._errors_of(vid, snap)
+                self._show_errors(vid)
+                flows.append(ViewFlow(vid, df, state.ops_base, state.joins))
+        if commit.puts or commit.appends or commit.deletes:
+            engine.storage.commit(commit)
+        relations = {rid: rel for f in flows for rid in f.dataflow.relations()
+                     if (rel := catalog.by_id(rid)) is not None}
+        spark = engine.spark
+        assert spark is not None
+        pipeline = StreamingPipeline(spark.session(), f"depth-{depth}", checkpoint, partial(self._on_batch, depth),
+                                     partial(self._on_failure, depth))
+        entry = _Running(depth, pipeline, key, views)
+        if running is not None:
+            entry.failures = running.failures
+        self._running[depth] = entry
+        try:
+            t1 = time.monotonic()
+            pipeline.start(relations, flows, depth, self._log_spec())
+            log.info("pipeline depth-%d: %d views, started in %.0f ms", depth, len(flows),
+                     (time.monotonic() - t1) * 1000)
+        except StreamDBError as e:
+            log.warning("pipeline depth-%d did not start: %s", depth, e.message)
+            self._on_failure(depth, e)
+
+    def _checkpoint(self, depth: int) -> Path:
+        return Path(self.engine.settings.data_dir) / "spark" / "pipelines" / f"depth-{depth}"
+
+    def _log_spec(self) -> LogReaderSpec:
+        settings = self.engine.settings
+        path = str(Path(settings.data_dir) / "log")
+        return LogReaderSpec(settings.log, path, settings.kafka_bootstrap)
+
+    # ---- stored per-view bookkeeping -----------------------------------------------------------
+
+    def _load_state(self, view_id: int, snap: Any) -> _ViewState | None:
+        raw = snap.get(META, f"view:{view_id}".encode())
+        if not raw:
+            return None
+        stored = json.loads(raw).get("pipeline")
+        return _ViewState.from_json(stored) if stored else None
+
+    def _stage_state(self, view_id: int, state: _ViewState, snap: Any, commit: Commit,
+                     progress: dict[str, Any] | None = None) -> None:
+        key = f"view:{view_id}".encode()
+        raw = snap.get(META, key)
+        meta: dict[str, Any] = json.loads(raw) if raw else {"inputs": {}, "epoch": 0}
+        meta["pipeline"] = state.to_json()
+        if progress is not None:
+            meta.update(progress)
+        commit.puts.append((META, key, json.dumps(meta).encode()))
+
+    def _retract_all(self, view: RelationDef, snap: Any, commit: Commit, now: dt.datetime) -> None:
+        """A view rebuilt from scratch first takes back every row it holds."""
+        rows, counts, keys = [], [], []
+        for key, value in snap.scan(state_store(view.id)):
+            row, n = C.decode_view_row(value)
+            rows.append(row)
+            counts.append(-n)
+            keys.append(key)
+            commit.deletes.append((state_store(view.id), key))
+        if rows:
+            payload = C.encode_batch(view, rows, [now] * len(rows), counts, keys)
+            commit.appends.append(Append(view.id, 0, payload, len(rows)))
+
+    # ---- batches --------------------------------------------------------------------------------
+
+    def _on_batch(self, depth: int, batch_id: int, offsets: dict[str, Any], tables: dict[int, pa.Table],
+                  errors: dict[int, dict[str, int]]) -> None:
+        """A pipeline batch's changes, per view: committed with the offsets they reflect (called
+        from the pipeline's sink, in a Spark callback thread)."""
+        from streamdb.runtime.spark.log_source import backfill_done
+        from streamdb.runtime.views import stage_changes
+
+        engine = self.engine
+        started = time.monotonic()
+        running = self._running.get(depth)
+        if running is None:
+            return
+        with self._commit_lock:
+            catalog = engine.catalog.snapshot()
+            commit = Commit()
+            applied: list[tuple[int, bool, dict[int, tuple[int, ...]]]] = []
+            now = dt.datetime.now(dt.UTC)
+            rels = offsets.get("rels", {})
+            with engine.storage.snapshot() as snap:
+                for vid, df in running.views.items():
+                    view = catalog.by_id(vid)
+                    state = self._states.get(vid)
+                    if view is None or state is None or state.batch >= batch_id:
+                        continue  # dropped, or this batch is a replay it already reflects
+                    weights = self._weights(view, tables.get(vid))
+                    stage_changes(view, snap, weights, commit, now)
+                    if vid in errors:
+                        self._stage_errors(vid, errors[vid], snap, commit)
+                    done = state.done or backfill_done(offsets, vid)
+                    processed = {rid: tuple(rels[str(rid)]) for rid in df.relations() if str(rid) in rels}
+                    st = self.maintainer.status_of(vid)
+                    progress: dict[str, Any] = {"epoch": st.epochs + (1 if done else 0)}
+                    if done:
+                        progress["inputs"] = {str(k): list(v) for k, v in processed.items()}
+                    new_state = _ViewState(state.depth, state.gen, state.ops_base, state.joins, state.fp, batch_id,
+                                           done)
+                    self._stage_state(vid, new_state, snap, commit, progress)
+                    applied.append((vid, done, processed))
+            if not applied:
+                return
+            engine.storage.commit(commit)
+            engine.metrics.committed(commit)
+            elapsed = (time.monotonic() - started) * 1000 + (running.pipeline.last_batch_ms or 0)
+            for vid, done, processed in applied:
+                state = self._states[vid]
+                state.batch = batch_id
+                state.done = done
+                st = self.maintainer.status_of(vid)
+                if done:
+                    st.processed = processed
+                    st.epochs += 1
+                    st.last_epoch_ms = elapsed
+                    st.last_epoch_at = time.time()
+                    engine.metrics.epoch_done(M.MATERIALIZED_VIEW, elapsed / 1000)
+                self._show_errors(vid)
+            running.failures = 0
+            running.failed = None
+        self.maintainer.progressed()
+
+    def _stage_errors(self, view_id: int, delta: dict[str, int], snap: Any, commit: Commit) -> None:
+        """The view's errors as a multiset of messages, like its rows: a retracted bad row takes its
+        error back (as in Materialize: the view reads as failed while any remains)."""
+        current = self._errors_of(view_id, snap)
+        for message, w in delta.items():
+            n = current.get(message, 0) + w
+            if n:
+                current[message] = n
+            else:
+                current.pop(message, None)
+        key = f"view-errors:{view_id}".encode()
+        if current:
+            commit.puts.append((META, key, json.dumps(current).encode()))
+        else:
+            commit.deletes.append((META, key))
+
+    def _errors_of(self, view_id: int, snap: Any) -> dict[str, int]:
+        if view_id not in self._errors:
+            raw = snap.get(META, f"view-errors:{view_id}".encode())
+            self._errors[view_id] = json.loads(raw) if raw else {}
+        return self._errors[view_id]
+
+    def _show_errors(self, view_id: int) -> None:
+        st = self.maintainer.status_of(view_id)
+        live = [m for m, n in self._errors.get(view_id, {}).items() if n > 0]
+        if live:
+            sqlstate, _, message = sorted(live)[0].partition(":")
+            st.error, st.error_sqlstate = message, sqlstate
+        else:
+            st.error, st.error_sqlstate = None, None
+
+    def _weights(self, view: RelationDef, table: pa.Table | None) -> Counter[tuple[Any, ...]]:
+        weights: Counter[tuple[Any, ...]] = Counter()
+        if table is None or table.num_rows == 0:
+            return weights
+        columns = (*(Column(c.name, c.type) for c in view.columns), Column("__w", T.BIGINT))
+        for r in arrow_to_rows(table, columns):
+            weights[self.maintainer._row(r[:-1], view)] += int(r[-1])
+        return weights
+
+    def _on_failure(self, depth: int, error: StreamDBError) -> None:
+        running = self._running.get(depth)
+        if running is None:
+            return
+        running.failures += 1
+        running.failed = error
+        delay = min(RETRY_MAX_SECONDS, RETRY_MIN_SECONDS * 2 ** (running.failures - 1))
+        running.retry_at = time.monotonic() + delay
+        self.engine.metrics.spark_failed(M.MATERIALIZED_VIEW)
+        for vid in running.views:
+            st = self.maintainer.status_of(vid)
+            st.error, st.error_sqlstate = error.message, error.sqlstate
+        log.warning("pipeline depth-%d failed (retry in %.0fs): %s", depth, delay, error.message)
+        self.maintainer.progressed(wake=True)
+
+    def stop(self) -> None:
+        for running in list(self._running.values()):
+            running.pipeline.stop()
+        self._running.clear()
+
+    def describe(self) -> list[tuple[str, int, bool, int]]:
+        """(pipeline, views, active, batches) of each pipeline, for SHOW PIPELINES-like output."""
+        return [(f"depth-{r.depth}", len(r.views), bool(r.pipeline.active), r.pipeline.batches)
+                for r in self._running.values()]
+

@@ -1,0 +1,234 @@
+package streamdb.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Offsets `{"rels": {rel: [end per partition]}, "views": {view: {rel: [J...]}}, "bf": {view: {rel:
+ * [backfilled up to...]}}}`, as in log_source.py: a view takes live changes from J on, and its
+ * history before J as tagged backfill over as many batches as the per-batch budget needs.
+ */
+final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
+  static final long CHUNK = 500_000;
+  static final long MAX_ROWS = 2_000_000;
+  static final int SEED_RELATION = -1;
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final String planText;
+  private final JsonNode plan;
+  private final StructType schema;
+
+  LogStream(String planText, StructType schema) {
+    this.planText = planText;
+    this.plan = LogProvider.plan(Map.of("plan", planText));
+    this.schema = schema;
+  }
+
+  static final class LogOffset extends Offset {
+    final ObjectNode value;
+
+    LogOffset(ObjectNode value) {
+      this.value = value;
+    }
+
+    @Override
+    public String json() {
+      return value.toString();
+    }
+  }
+
+  static ObjectNode parse(String json) {
+    try {
+      return (ObjectNode) JSON.readTree(json);
+    } catch (Exception e) {
+      throw new IllegalArgumentException("bad log offset " + json, e);
+    }
+  }
+
+  @Override
+  public Offset initialOffset() {
+    ObjectNode o = JSON.createObjectNode();
+    o.putObject("rels");
+    o.putObject("views");
+    o.putObject("bf");
+    return new LogOffset(o);
+  }
+
+  @Override
+  public Offset deserializeOffset(String json) {
+    return new LogOffset(parse(json));
+  }
+
+  @Override
+  public void commit(Offset end) {}
+
+  @Override
+  public void stop() {}
+
+  @Override
+  public ReadLimit getDefaultReadLimit() {
+    return ReadLimit.maxRows(plan.path("max_rows").asLong(MAX_ROWS));
+  }
+
+  @Override
+  public Offset latestOffset() {
+    throw new UnsupportedOperationException("latestOffset(start, limit) is the one used");
+  }
+
+  @Override
+  public Offset latestOffset(Offset startOffset, ReadLimit limit) {
+    ObjectNode start = ((LogOffset) startOffset).value;
+    long[] left = {limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE};
+    JsonNode views = plan.get("views");
+    Map<String, long[]> floors = floors(views);
+    ObjectNode out = JSON.createObjectNode();
+    ObjectNode rels = out.putObject("rels");
+    LogStore store = LogStore.open(plan.get("log").get("path").asText());
+    for (Iterator<Map.Entry<String, JsonNode>> it = plan.get("relations").fields(); it.hasNext(); ) {
+      Map.Entry<String, JsonNode> e = it.next();
+      String rid = e.getKey();
+      int parts = e.getValue().get("partitions").asInt();
+      long[] starts = longs(start.path("rels").get(rid), parts);
+      if (!start.path("rels").has(rid)) {
+        starts = floors.containsKey(rid) ? pad(floors.get(rid), parts) : null;
+      }
+      ArrayNode ends = rels.putArray(rid);
+      for (int p = 0; p < parts; p++) {
+        long end = store.endOffset(Long.parseLong(rid), p);
+        long lo = starts == null ? end : starts[p];
+        ends.add(lo < end ? take(left, lo, end) : lo);
+      }
+    }
+    out.set("views", views.deepCopy());
+    ObjectNode bf = out.putObject("bf");
+    for (Iterator<Map.Entry<String, JsonNode>> it = views.fields(); it.hasNext(); ) {
+      Map.Entry<String, JsonNode> e = it.next();
+      String vid = e.getKey();
+      JsonNode done = start.path("views").has(vid) ? start.path("bf").path(vid) : JSON.createObjectNode();
+      ObjectNode progress = bf.putObject(vid);
+      for (Iterator<Map.Entry<String, JsonNode>> r = e.getValue().fields(); r.hasNext(); ) {
+        Map.Entry<String, JsonNode> join = r.next();
+        long[] js = longs(join.getValue(), join.getValue().size());
+        long[] from = longs(done.get(join.getKey()), js.length);
+        ArrayNode a = progress.putArray(join.getKey());
+        for (int p = 0; p < js.length; p++) {
+          a.add(take(left, from[p], js[p]));
+        }
+      }
+    }
+    return new LogOffset(out);
+  }
+
+  private static long take(long[] left, long lo, long hi) {
+    long n = Math.max(0, Math.min(hi - lo, left[0]));
+    left[0] -= n;
+    return lo + n;
+  }
+
+  static Map<String, long[]> floors(JsonNode views) {
+    Map<String, long[]> floors = new LinkedHashMap<>();
+    for (JsonNode joins : views) {
+      for (Iterator<Map.Entry<String, JsonNode>> it = joins.fields(); it.hasNext(); ) {
+        Map.Entry<String, JsonNode> e = it.next();
+        long[] js = longs(e.getValue(), e.getValue().size());
+        long[] f = floors.get(e.getKey());
+        if (f == null) {
+          floors.put(e.getKey(), js);
+        } else {
+          for (int i = 0; i < Math.min(f.length, js.length); i++) {
+            f[i] = Math.min(f[i], js[i]);
+          }
+        }
+      }
+    }
+    return floors;
+  }
+
+  static long[] longs(JsonNode array, int n) {
+    long[] out = new long[n];
+    if (array != null) {
+      for (int i = 0; i < n && i < array.size(); i++) {
+        out[i] = array.get(i).asLong();
+      }
+    }
+    return out;
+  }
+
+  static long[] pad(long[] values, int n) {
+    long[] out = new long[n];
+    System.arraycopy(values, 0, out, 0, Math.min(n, values.length));
+    return out;
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions(Offset startOffset, Offset endOffset) {
+    ObjectNode start = ((LogOffset) startOffset).value;
+    ObjectNode end = ((LogOffset) endOffset).value;
+    List<InputPartition> out = new ArrayList<>();
+    Map<String, long[]> floors = floors(end.path("views"));
+    for (Iterator<Map.Entry<String, JsonNode>> it = end.path("rels").fields(); it.hasNext(); ) {
+      Map.Entry<String, JsonNode> e = it.next();
+      String rid = e.getKey();
+      int parts = e.getValue().size();
+      long[] ends = longs(e.getValue(), parts);
+      long[] starts;
+      if (start.path("rels").has(rid)) {
+        starts = longs(start.path("rels").get(rid), parts);
+      } else if (floors.containsKey(rid)) {
+        starts = pad(floors.get(rid), parts);
+      } else {
+        starts = ends;
+      }
+      for (int p = 0; p < parts; p++) {
+        chunks(out, Integer.parseInt(rid), p, starts[p], ends[p], null);
+      }
+    }
+    JsonNode oldViews = start.path("views");
+    for (Iterator<Map.Entry<String, JsonNode>> it = end.path("bf").fields(); it.hasNext(); ) {
+      Map.Entry<String, JsonNode> e = it.next();
+      String vid = e.getKey();
+      boolean fresh = !oldViews.has(vid);
+      if (fresh) {
+        out.add(new LogPartition(SEED_RELATION, 0, 0, 1, Integer.parseInt(vid)));
+      }
+      JsonNode before = fresh ? JsonNodeFactory.instance.objectNode() : start.path("bf").path(vid);
+      for (Iterator<Map.Entry<String, JsonNode>> r = e.getValue().fields(); r.hasNext(); ) {
+        Map.Entry<String, JsonNode> his = r.next();
+        long[] hi = longs(his.getValue(), his.getValue().size());
+        long[] lo = longs(before.get(his.getKey()), hi.length);
+        for (int p = 0; p < hi.length; p++) {
+          chunks(out, Integer.parseInt(his.getKey()), p, lo[p], hi[p], Integer.parseInt(vid));
+        }
+      }
+    }
+    return out.toArray(new InputPartition[0]);
+  }
+
+  private static void chunks(List<InputPartition> out, int rid, int part, long lo, long hi, Integer tag) {
+    while (lo < hi) {
+      out.add(new LogPartition(rid, part, lo, Math.min(hi, lo + CHUNK), tag));
+      lo += CHUNK;
+    }
+  }
+
+  @Override
+  public PartitionReaderFactory createReaderFactory() {
+    return new LogReaderFactory(planText, schema.json());
+  }
+}
