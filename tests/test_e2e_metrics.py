@@ -77,7 +77,8 @@ def test_metrics_reflect_connections_statements_appends_views_and_push_queries(s
             ("ann", 2, 215), ("bob", 1, 340), ("cy", 1, 410)]
         with pytest.raises(psycopg.errors.UndefinedColumn):
             a.execute(f"SELECT nope FROM {clicks}")
-        # A view Spark cannot compute: the CREATE fails, and so did its Spark job.
+        # A view whose rows divide by zero: the CREATE fails with 22012 (those rows are the view's
+        # errors; its pipeline goes on for the others).
         with pytest.raises(psycopg.errors.DivisionByZero):
             a.execute(f"CREATE MATERIALIZED VIEW {broken} AS SELECT ms / (ms - ms) AS x FROM {clicks}")
 
@@ -130,7 +131,6 @@ def test_metrics_reflect_connections_statements_appends_views_and_push_queries(s
     assert 0 < time.time() - value(after, "streamdb_view_last_epoch_timestamp_seconds", **view) < 600
     assert delta(after, "streamdb_epoch_duration_seconds_count", query="materialized_view") >= 1
     assert delta(after, "streamdb_epoch_duration_seconds_sum", query="materialized_view") > 0
-    assert delta(after, "streamdb_spark_job_failures_total", query="materialized_view") >= 1
 
     # Process metrics come from prometheus-client's collector.
     assert value(after, "process_resident_memory_bytes") > 0

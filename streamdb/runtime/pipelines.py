@@ -300,6 +300,7 @@ class PipelineManager:
             catalog = engine.catalog.snapshot()
             commit = Commit()
             applied: list[tuple[int, bool, dict[int, tuple[int, ...]]]] = []
+            changed = False
             now = dt.datetime.now(dt.UTC)
             rels = offsets.get("rels", {})
             with engine.storage.snapshot() as snap:
@@ -309,7 +310,7 @@ class PipelineManager:
                     if view is None or state is None or state.batch >= batch_id:
                         continue  # dropped, or this batch is a replay it already reflects
                     weights = self._weights(view, tables.get(vid))
-                    stage_changes(view, snap, weights, commit, now)
+                    changed |= stage_changes(view, snap, weights, commit, now) > 0
                     if vid in errors:
                         self._stage_errors(vid, errors[vid], snap, commit)
                     done = state.done or backfill_done(offsets, vid)
@@ -341,7 +342,8 @@ class PipelineManager:
                 self._show_errors(vid)
             running.failures = 0
             running.failed = None
-        self.maintainer.progressed()
+        # Push queries and views recomputed by the epoch driver may read these views' changes.
+        self.maintainer.progressed(wake=changed)
 
     def _stage_errors(self, view_id: int, delta: dict[str, int], snap: Any, commit: Commit) -> None:
         """The view's errors as a multiset of messages, like its rows: a retracted bad row takes its

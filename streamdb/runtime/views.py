@@ -908,7 +908,7 @@ class ViewMaintainer:
             for v in views:
                 for dep in v.depends_on:
                     rel = catalog.by_id(dep)
-                    if rel is not None and rel.kind != "materialized_view":
+                    if rel is not None and rel.kind not in ("materialized_view", "view"):
                         base_targets[dep] = self.engine.reader.end_offsets(rel, snap)
         done_at: dict[int, tuple[int, ...]] = {}
         deadline = time.monotonic() + FLUSH_TIMEOUT_SECONDS
@@ -941,6 +941,8 @@ class ViewMaintainer:
                             target[dep] = base_targets[dep]
                         elif dep in done_at:
                             target[dep] = done_at[dep]
+                        elif (rel := catalog.by_id(dep)) is None or rel.kind == "view":
+                            continue  # a plain view has no log of its own: its relations are deps too
                         else:
                             ready = False
                     if ready and st is not None and st.epochs > 0 and _reached(st.processed, target):

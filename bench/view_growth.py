@@ -1,0 +1,284 @@
+"""Does the cost of keeping a view fresh follow the change, or the data? Growth from 10k to 10M rows.
+
+Three materialized views (issue 13), on one StreamDB server (real Spark, local[2]):
+
+  join_agg  a stream joined with a table, then GROUP BY:
+            SELECT d.grp, count(*) AS n, sum(e.v) AS total FROM ev e JOIN dim d ON d.id = e.k GROUP BY d.grp
+  topn      the top 3 per key over the stream:
+            SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM ev) q
+            WHERE rn <= 3
+  minmax    min/max over a table with deletes:
+            SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp
+
+The stream `ev` and the table `tt` grow to each size in --sizes (cumulative, by COPY; 1% of the
+table's rows are deleted at each step); `dim` holds 1,000 keys in 50 groups. At each size, after
+FLUSH, --probes single changes are made one at a time and timed from acknowledgement until the
+view shows them (polled every 20 ms): a new event for join_agg, a new top value for topn, and for
+minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case).
+
+Named peer, in the same run: PostgreSQL 15 (started by bench/pgserver.py) holding the same data
+as plain tables, with the same three queries as materialized views; after the same change,
+`REFRESH MATERIALIZED VIEW` is timed (PostgreSQL recomputes a materialized view from all its
+data). Also reported: the server's and Spark JVM's resident memory (RSS) at each size, and how
+long each load took to be reflected (COPY + the views catching up).
+
+Figures, never assertions. Results: bench/results/view_growth.json and a Markdown table on stdout.
+
+    .venv/bin/python bench/view_growth.py [--sizes 10000,100000,1000000,10000000] [--probes 5]
+        [--no-postgres] [--spark-master local[2]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "nexmark"))
+
+from pgserver import PostgresServer  # noqa: E402
+from run_streamdb import Server, descendants  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "view_growth.json"
+KEYS = 1000
+GROUPS = 50
+TABLE_GROUPS = 100
+POLL_S = 0.02
+TIMEOUT_S = 120.0
+
+VIEWS = {
+    "join_agg": "SELECT d.grp, count(*) AS n, sum(e.v) AS total FROM ev e JOIN dim d ON d.id = e.k GROUP BY d.grp",
+    "topn": "SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM ev) q "
+            "WHERE rn <= 3",
+    "minmax": "SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp",
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def rss_mib(root: int) -> dict[str, float]:
+    """Resident memory of the server process and of its descendants (the Spark JVM, Python workers)."""
+    def rss(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+    children = descendants(root)
+    return {"server_mib": round(rss(root) / 1024, 1), "spark_mib": round(sum(rss(p) for p in children) / 1024, 1)}
+
+
+def copy_rows(conn: psycopg.Connection[Any], table: str, columns: str, rows: list[tuple[int, ...]]) -> None:
+    buf = io.StringIO()
+    for r in rows:
+        buf.write("\t".join(str(x) for x in r) + "\n")
+    with conn.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        copy.write(buf.getvalue())
+
+
+def wait_until(conn: psycopg.Connection[Any], sql: str, check) -> float:
+    """Seconds until `check(rows)` holds for the rows of `sql` (polled every 20 ms)."""
+    started = time.monotonic()
+    while True:
+        rows = conn.execute(sql).fetchall()
+        if check(rows):
+            return time.monotonic() - started
+        if time.monotonic() - started > TIMEOUT_S:
+            raise RuntimeError(f"not reflected after {TIMEOUT_S:.0f} s: {sql}")
+        time.sleep(POLL_S)
+
+
+class Data:
+    """What was loaded, mirrored on both systems."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.events = 0
+        self.table_rows = 0  # ids 0 .. table_rows - 1 were inserted
+        self.deleted: set[int] = set()
+        self.top = 10**9  # values above every loaded value, for probes
+
+    def event_rows(self, n: int) -> list[tuple[int, int]]:
+        rows = [(self.rng.randrange(KEYS), self.rng.randrange(1_000_000)) for _ in range(n)]
+        self.events += n
+        return rows
+
+    def table_rows_upto(self, n: int) -> list[tuple[int, int, int]]:
+        rows = [(i, i % TABLE_GROUPS, self.rng.randrange(1_000_000)) for i in range(self.table_rows, n)]
+        self.table_rows = n
+        return rows
+
+
+def load(systems: list[psycopg.Connection[Any]], data: Data, size: int) -> None:
+    chunk = 200_000
+    remaining = size - data.events
+    while remaining > 0:
+        n = min(chunk, remaining)
+        rows = data.event_rows(n)
+        for c in systems:
+            copy_rows(c, "ev", "k, v", rows)
+        remaining -= n
+    for start in range(data.table_rows, size, chunk):
+        rows = data.table_rows_upto(min(size, start + chunk))
+        for c in systems:
+            copy_rows(c, "tt", "id, grp, v", rows)
+    # 1% of the new table rows deleted (retractions)
+    new = [i for i in range(max(0, size - size // 10), size) if i not in data.deleted]
+    doomed = data.rng.sample(new, min(len(new), max(1, size // 100)))
+    data.deleted.update(doomed)
+    for c in systems:
+        for start in range(0, len(doomed), 5000):
+            ids = ",".join(str(i) for i in doomed[start:start + 5000])
+            c.execute(f"DELETE FROM tt WHERE id IN ({ids})")
+
+
+def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data: Data,
+          view: str, n: int) -> dict[str, Any]:
+    """n single changes for `view`, timed until visible; and PostgreSQL's REFRESH after the same change."""
+    sdb_times, pg_times = [], []
+    for _ in range(n):
+        if view == "join_agg":
+            k = data.rng.randrange(KEYS)
+            grp = sdb.execute("SELECT grp FROM dim WHERE id = %s", (k,)).fetchone()[0]
+            before = sdb.execute(f"SELECT total FROM {view} WHERE grp = %s", (grp,)).fetchone()[0]
+            data.top += 1
+            change = ("INSERT INTO ev (k, v) VALUES (%s, %s)", (k, data.top))
+            target = before + data.top
+            check_sql, check = (f"SELECT total FROM {view} WHERE grp = '{grp}'",
+                                lambda rows, t=target: bool(rows) and rows[0][0] == t)
+        elif view == "topn":
+            k = data.rng.randrange(KEYS)
+            data.top += 1
+            change = ("INSERT INTO ev (k, v) VALUES (%s, %s)", (k, data.top))
+            check_sql, check = (f"SELECT v FROM {view} WHERE k = {k}",
+                                lambda rows, t=data.top: any(r[0] == t for r in rows))
+        else:
+            grp = data.rng.randrange(TABLE_GROUPS)
+            lo = sdb.execute(f"SELECT lo FROM {view} WHERE grp = %s", (grp,)).fetchone()[0]
+            victim = sdb.execute("SELECT id FROM tt WHERE grp = %s AND v = %s LIMIT 1", (grp, lo)).fetchone()[0]
+            data.deleted.add(victim)
+            change = ("DELETE FROM tt WHERE id = %s", (victim,))
+            check_sql = f"SELECT lo FROM {view} WHERE grp = {grp}"
+            remaining = sdb.execute("SELECT min(v) FROM tt WHERE grp = %s AND id <> %s", (grp, victim)).fetchone()[0]
+            check = (lambda rows, t=remaining: bool(rows) and rows[0][0] == t)
+        started = time.monotonic()
+        sdb.execute(*change)
+        acked = time.monotonic() - started
+        sdb_times.append(acked + wait_until(sdb, check_sql, check))
+        if pg is not None:
+            pg.execute(*change)
+            t = time.monotonic()
+            pg.execute(f"REFRESH MATERIALIZED VIEW {view}")
+            pg_times.append(time.monotonic() - t)
+    out: dict[str, Any] = {"streamdb_ms": [round(x * 1000, 1) for x in sdb_times],
+                           "streamdb_median_ms": round(statistics.median(sdb_times) * 1000, 1)}
+    if pg_times:
+        out["postgres_refresh_ms"] = [round(x * 1000, 1) for x in pg_times]
+        out["postgres_median_ms"] = round(statistics.median(pg_times) * 1000, 1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000,1000000,10000000")
+    ap.add_argument("--probes", type=int, default=5)
+    ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--spark-master", default="local[2]")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+                               "sizes": sizes, "steps": []}
+    with tempfile.TemporaryDirectory(prefix="streamdb-growth-") as tmp:
+        server = Server(Path(tmp), args.spark_master)
+        pgs = None if args.no_postgres else PostgresServer()
+        try:
+            sdb = server.connect()
+            pg = None
+            if pgs is not None:
+                pgs.initdb()
+                pgs.start()
+                pg = psycopg.connect(pgs.dsn, autocommit=True)
+            dim = [(i, f"g{i % GROUPS}") for i in range(KEYS)]
+            sdb.execute("CREATE STREAM ev (k BIGINT, v BIGINT)")
+            sdb.execute("CREATE TABLE dim (id BIGINT PRIMARY KEY, grp TEXT)")
+            sdb.execute("CREATE TABLE tt (id BIGINT PRIMARY KEY, grp BIGINT, v BIGINT)")
+            if pg is not None:
+                pg.execute("CREATE TABLE ev (k BIGINT, v BIGINT)")
+                pg.execute("CREATE TABLE dim (id BIGINT PRIMARY KEY, grp TEXT)")
+                pg.execute("CREATE TABLE tt (id BIGINT PRIMARY KEY, grp BIGINT, v BIGINT)")
+            for c in [x for x in (sdb, pg) if x is not None]:
+                copy_rows(c, "dim", "id, grp", dim)
+            data = Data(42)
+            load([x for x in (sdb, pg) if x is not None], data, sizes[0])
+            for name, sql in VIEWS.items():
+                t = time.monotonic()
+                sdb.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+                log(f"created {name} in {time.monotonic() - t:.1f} s")
+                if pg is not None:
+                    pg.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+            for size in sizes:
+                t = time.monotonic()
+                load([x for x in (sdb, pg) if x is not None], data, size)
+                loaded = time.monotonic() - t
+                sdb.execute("FLUSH")
+                reflected = time.monotonic() - t
+                if pg is not None:
+                    for name in VIEWS:
+                        pg.execute(f"REFRESH MATERIALIZED VIEW {name}")
+                log(f"{size:,} events and table rows: loaded in {loaded:.1f} s, reflected in {reflected:.1f} s")
+                step: dict[str, Any] = {"size": size, "load_s": round(loaded, 1), "reflected_s": round(reflected, 1),
+                                        "memory": rss_mib(server.proc.pid), "views": {}}
+                for name in VIEWS:
+                    step["views"][name] = probe(sdb, pg, data, name, args.probes)
+                    log(f"  {name}: {step['views'][name]}")
+                status = {r[0]: (r[2], r[6]) for r in sdb.execute("SHOW QUERIES").fetchall()}
+                step["status"] = status
+                step["memory_after"] = rss_mib(server.proc.pid)
+                results["steps"].append(step)
+                RESULTS.parent.mkdir(parents=True, exist_ok=True)
+                RESULTS.write_text(json.dumps(results, indent=2, default=str))
+        finally:
+            server.stop()
+            if pgs is not None:
+                pgs.cleanup()
+    print(report(results))
+
+
+def report(results: dict[str, Any]) -> str:
+    steps = results["steps"]
+    if not steps:
+        return "no results"
+    base = {name: steps[0]["views"][name]["streamdb_median_ms"] for name in VIEWS}
+    lines = ["| rows | view | StreamDB median ms | vs 10k | PostgreSQL REFRESH ms | StreamDB / PostgreSQL | "
+             "server RSS MiB | Spark RSS MiB |", "|---|---|---|---|---|---|---|---|"]
+    for s in steps:
+        for name in VIEWS:
+            v = s["views"][name]
+            pgm = v.get("postgres_median_ms")
+            lines.append(f"| {s['size']:,} | {name} | {v['streamdb_median_ms']:.0f} | "
+                         f"{v['streamdb_median_ms'] / base[name]:.2f}x | {pgm if pgm is not None else '-'} | "
+                         f"{(v['streamdb_median_ms'] / pgm) if pgm else float('nan'):.2f} | "
+                         f"{s['memory_after']['server_mib']:.0f} | {s['memory_after']['spark_mib']:.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
