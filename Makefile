@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 	@scripts/ensure-java.sh
+	@$(BIN)/python -m streamdb.runtime.spark.jvm
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "StreamDB needs Python 3.11 or newer")'

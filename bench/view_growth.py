@@ -176,9 +176,9 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             victim = sdb.execute("SELECT id FROM tt WHERE grp = %s AND v = %s LIMIT 1", (grp, lo)).fetchone()[0]
             data.deleted.add(victim)
             change = ("DELETE FROM tt WHERE id = %s", (victim,))
-            check_sql = f"SELECT lo FROM {view} WHERE grp = {grp}"
             remaining = sdb.execute("SELECT min(v) FROM tt WHERE grp = %s AND id <> %s", (grp, victim)).fetchone()[0]
-            check = (lambda rows, t=remaining: bool(rows) and rows[0][0] == t)
+            check_sql, check = (f"SELECT lo FROM {view} WHERE grp = {grp}",
+                                lambda rows, t=remaining: bool(rows) and rows[0][0] == t)
         started = time.monotonic()
         sdb.execute(*change)
         acked = time.monotonic() - started
