@@ -37,6 +37,7 @@ class SparkCluster:
                 "SPARK_LOCAL_DIRS": str(self.work / "local")}
 
     def _spawn(self, name: str, args: list[str]) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"spark-{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
         self.procs.append(subprocess.Popen([str(SPARK_CLASS), *args], stdout=log, stderr=subprocess.STDOUT,
                                            env=self._env(), start_new_session=True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -44,6 +46,60 @@ def run_workload(srv: ServerProcess) -> dict[str, list[tuple]]:
     return out
 
 
+def _open_files(pid: int) -> set[str]:
+    files = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                files.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return files
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def where_the_state_lives(srv: ServerProcess, cluster: SparkCluster) -> dict[str, object]:
+    """Which processes hold the views' state (Spark's RocksDB state store) and read the log: the
+    executors under the workers, or the server's driver JVM."""
+    assert srv.proc is not None
+    executors = [p for w in cluster.procs for p in _descendants(w.pid) if "CoarseGrainedExecutorBackend" in _cmdline(p)]
+    drivers = [p for p in _descendants(srv.proc.pid) if "java" in _cmdline(p).split(" ", 1)[0]]
+    log_dir = str(srv.data_dir / "log")
+
+    def files(pids: list[int]) -> dict[str, int]:
+        opened = set().union(*(_open_files(p) for p in pids)) if pids else set()
+        return {"state_store": sum("StateStoreId" in f for f in opened),
+                "log": sum(f.startswith(log_dir) for f in opened)}
+
+    return {"executors": len(executors), "drivers": len(drivers),
+            "executor_files": files(executors), "driver_files": files(drivers)}
+
+
 @pytest.mark.slow
 def test_views_on_a_standalone_cluster_match_local_mode():
     with tempfile.TemporaryDirectory(prefix="streamdb-cluster-") as d:
@@ -56,6 +112,15 @@ def test_views_on_a_standalone_cluster_match_local_mode():
             on_cluster.start()
             try:
                 cluster_answers = run_workload(on_cluster)
+                placement = where_the_state_lives(on_cluster, cluster)
+                (ARTIFACTS / "cluster-state-placement.json").write_text(json.dumps(placement, indent=2))
+                # The views' keyed state is in the executors' state stores, and the executors read
+                # the log themselves; the driver JVM (in the server) holds no state (it opens the
+                # log only to learn its end offsets).
+                assert placement["executors"] == 2, placement
+                assert placement["executor_files"]["state_store"] > 0, placement
+                assert placement["executor_files"]["log"] > 0, placement
+                assert placement["driver_files"]["state_store"] == 0, placement
             finally:
                 on_cluster.stop()
             assert "Registering app" in (ARTIFACTS / "spark-master.log").read_text()

@@ -111,5 +111,5 @@ def build(target: Path) -> None:
     log.info("built %s", target)
 
 
-if __name__ == "__main__":  # `make install` builds it ahead of time
+if __name__ == "__main__":
     print(jar_path())

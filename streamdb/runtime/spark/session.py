@@ -20,6 +20,8 @@ Type notes (Arrow -> Spark -> Arrow):
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import re
@@ -529,7 +531,10 @@ class SparkRuntime:
             self._error = None
         self._ready.set()  # wake waiters; they see 'stopped'
         if spark is not None:
+            proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
             _stop_session(spark)
+            if proc is not None:
+                _wait_jvm_exit(proc)
 
     def __enter__(self) -> SparkRuntime:
         self.start_background()
@@ -694,6 +699,20 @@ def _quiet_pyspark_loggers() -> None:
         return
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 10)
+
+
+def _wait_jvm_exit(proc: Any) -> None:
+    """Let the gateway JVM finish its shutdown hooks (they delete Spark's scratch directories,
+    state store working copies included, under the data directory) before the server exits: a
+    copy of a stopped server's data directory must not race with them."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the py4j launcher exits at EOF on its stdin
+        proc.wait(timeout=_STOP_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - shutting down: a JVM that will not exit is killed
+        log.warning("Spark JVM did not exit within %.0fs; killing it", _STOP_TIMEOUT_S)
+        with contextlib.suppress(Exception):
+            proc.kill()
 
 
 def _stop_session(spark: SparkSession) -> None:

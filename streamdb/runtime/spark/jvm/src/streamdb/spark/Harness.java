@@ -73,6 +73,32 @@ public final class Harness {
     return states.size();
   }
 
+  /**
+   * A line protocol for tests (tests/test_operators.py): a line holding a JSON object is a spec
+   * (and starts over with empty state), a line holding a JSON array is a batch, whose output is
+   * printed on one line, followed by a line with the number of keys holding state.
+   */
+  public static void main(String[] args) throws Exception {
+    java.io.BufferedReader in = new java.io.BufferedReader(
+        new java.io.InputStreamReader(System.in, java.nio.charset.StandardCharsets.UTF_8));
+    java.io.PrintStream out = new java.io.PrintStream(System.out, true, "UTF-8");
+    Harness h = null;
+    for (String line = in.readLine(); line != null; line = in.readLine()) {
+      if (line.startsWith("{")) {
+        h = new Harness(line);
+        continue;
+      }
+      String result;
+      try {
+        result = h.batch(line);
+      } catch (Exception e) {
+        result = JSON.createObjectNode().put("error", String.valueOf(e)).toString();
+      }
+      out.println(result);
+      out.println(h.keysWithState());
+    }
+  }
+
   private static String text(JsonNode n) {
     return n == null || n.isNull() ? null : n.asText();
   }

@@ -15,6 +15,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.TreeMap;
 
 /**
  * The incremental operators, one call per (operator instance, key) and micro-batch: the key's
@@ -131,6 +132,18 @@ public final class Operators {
   static final class Partials {
     long n;
     final List<String[]> p = new ArrayList<>();
+    private final Map<Integer, Extremes> extremes = new HashMap<>();  // parsed once per batch
+
+    Extremes extremes(int j, ValueType t, boolean max) {
+      return extremes.computeIfAbsent(j, i -> new Extremes(t, max, p.get(i)));
+    }
+
+    /** Writes the min/max caches back into their partials (before outputs and serialize). */
+    void flush() {
+      for (Map.Entry<Integer, Extremes> e : extremes.entrySet()) {
+        e.getValue().store(p.get(e.getKey()));
+      }
+    }
 
     static Partials empty(Spec.Op s) {
       Partials x = new Partials();
@@ -150,8 +163,12 @@ public final class Operators {
         case "sum":
         case "avg":
           return new String[] {"0", "0", "0", "0", "0"};  // count, exact sum, NaN, +inf, -inf
+        case "min":
+        case "max":
+          // count, current value, the best values with their counts (Extremes), whether those are all
+          return new String[] {"0", null, "[]", "1"};
         default:
-          return new String[] {"0", null};  // count, current value (min/max) or trues (bool_*)
+          return new String[] {"0", null};  // count, trues (bool_*)
       }
     }
 
@@ -165,6 +182,10 @@ public final class Operators {
           String[] v = new String[node.size()];
           for (int i = 0; i < v.length; i++) {
             v[i] = node.get(i).isNull() ? null : node.get(i).asText();
+          }
+          String fn = s.aggs.get(j).fn;
+          if ((fn.equals("min") || fn.equals("max")) && v.length == 2) {
+            v = new String[] {v[0], v[1], "[]", "0"};  // state written before Extremes: rebuilt when needed
           }
           x.p.add(v);
         }
@@ -203,9 +224,10 @@ public final class Operators {
       }
       p.n += r.w;
       for (int j = 0; j < s.aggs.size(); j++) {
-        accumulate(s, j, s.aggs.get(j), p.p.get(j), r.arg(s.aggs.get(j).arg), r.w, st);
+        accumulate(s, j, s.aggs.get(j), p, r.arg(s.aggs.get(j).arg), r.w, st);
       }
     }
+    p.flush();
     boolean exists = s.global || p.n > 0;
     String[] after = exists ? outputs(s, p) : null;
     if (exists) {
@@ -224,7 +246,8 @@ public final class Operators {
     }
   }
 
-  private static void accumulate(Spec.Op s, int j, Spec.Agg a, String[] v, String x, long w, KeyState st) {
+  private static void accumulate(Spec.Op s, int j, Spec.Agg a, Partials p, String x, long w, KeyState st) {
+    String[] v = p.p.get(j);
     if (a.fn.equals("count_star") || x == null) {
       return;
     }
@@ -277,12 +300,8 @@ public final class Operators {
           return;
         }
         String prefix = "m" + j + ":";
-        long n = st.add(0, prefix + x, w);
-        if (w > 0 && (v[1] == null || better(a.type, max, x, v[1]))) {
-          v[1] = x;
-        } else if (w < 0 && n <= 0 && v[1] != null && a.type.compare(x, v[1]) == 0) {
-          v[1] = rescan(st, prefix, a.type, max);  // the extreme was retracted: find the next one
-        }
+        st.add(0, prefix + x, w);
+        p.extremes(j, a.type, max).apply(x, w, st, prefix);
         return;
       }
       default:
@@ -295,18 +314,87 @@ public final class Operators {
     return max ? c > 0 : c < 0;
   }
 
-  private static String rescan(KeyState st, String prefix, ValueType t, boolean max) {
-    String best = null;
-    for (Iterator<Map.Entry<String, Long>> it = st.entries(0); it.hasNext(); ) {
-      Map.Entry<String, Long> e = it.next();
-      if (e.getValue() > 0 && e.getKey().startsWith(prefix)) {
-        String x = e.getKey().substring(prefix.length());
-        if (best == null || better(t, max, x, best)) {
-          best = x;
-        }
+  /**
+   * min/max over input that retracts: the group's values are a multiset in the key's state, and
+   * the SIZE best of them (with their counts) are cached in the partials. Invariant: every value
+   * of the multiset better than the cache's worst is in the cache (`complete`: all of them are).
+   * Retracting the extreme takes the next one from the cache; only when the cache has no value
+   * left is the group's multiset scanned, for the next SIZE: one scan per SIZE retractions of the
+   * extreme at worst, instead of one per retraction.
+   */
+  static final class Extremes {
+    static final int SIZE = 32;
+    final Comparator<String> order;
+    final TreeMap<String, Long> best;
+    boolean complete;
+
+    Extremes(ValueType t, boolean max, String[] v) {
+      Comparator<String> c = t::compare;
+      // Values equal in SQL but written differently (1.0, 1.00) stay apart, as in the multiset.
+      order = (max ? c.reversed() : c).thenComparing(Comparator.naturalOrder());
+      best = new TreeMap<>(order);
+      complete = "1".equals(v[3]);
+      String[] flat = v[2] == null ? new String[0] : parseStrings(v[2]);
+      for (int i = 0; i + 1 < flat.length; i += 2) {
+        best.put(flat[i], Long.parseLong(flat[i + 1]));
       }
     }
-    return best;
+
+    void apply(String x, long w, KeyState st, String prefix) {
+      if (complete || (!best.isEmpty() && order.compare(x, best.lastKey()) <= 0)) {
+        long c = best.getOrDefault(x, 0L) + w;
+        if (c == 0) {
+          best.remove(x);
+        } else {
+          best.put(x, c);
+        }
+        while (best.size() > SIZE) {
+          best.pollLastEntry();
+          complete = false;
+        }
+      }
+      if (!complete && first() == null) {
+        refill(st, prefix);
+      }
+    }
+
+    /** The extreme: the best value with a positive count. */
+    String first() {
+      for (Map.Entry<String, Long> e : best.entrySet()) {
+        if (e.getValue() > 0) {
+          return e.getKey();
+        }
+      }
+      return null;
+    }
+
+    private void refill(KeyState st, String prefix) {
+      best.clear();
+      long distinct = 0;
+      for (Iterator<Map.Entry<String, Long>> it = st.entries(0); it.hasNext(); ) {
+        Map.Entry<String, Long> e = it.next();
+        if (e.getValue() != 0 && e.getKey().startsWith(prefix)) {
+          distinct++;
+          best.put(e.getKey().substring(prefix.length()), e.getValue());
+          if (best.size() > SIZE) {
+            best.pollLastEntry();
+          }
+        }
+      }
+      complete = distinct <= SIZE;
+    }
+
+    void store(String[] v) {
+      v[1] = first();
+      String[] flat = new String[best.size() * 2];
+      int i = 0;
+      for (Map.Entry<String, Long> e : best.entrySet()) {
+        flat[i++] = e.getKey();
+        flat[i++] = Long.toString(e.getValue());
+      }
+      v[2] = strings(flat);
+      v[3] = complete ? "1" : "0";
+    }
   }
 
   private static String[] outputs(Spec.Op s, Partials p) {
