@@ -917,6 +917,12 @@ class StreamingPipeline:
         self.batches += 1
         self.last_batch_ms = (time.monotonic() - started) * 1000
         log.info("pipeline %s: batch %d in %.0f ms (sink)", self.name, batch_id, self.last_batch_ms)
+        if log.isEnabledFor(logging.DEBUG) and self._query is not None:
+            # Where the previous batch's time went outside the sink (offsets, planning, checkpoint).
+            progress = self._query.lastProgress
+            if progress:
+                log.debug("pipeline %s: batch %s durations %s", self.name, progress.get("batchId"),
+                          progress.get("durationMs"))
 
     def _recompute(self, frame: DataFrame, s: SinkView) -> pa.Table | None:
         """A recomputed view's changes: its query over the old and over the new contents of each

@@ -21,7 +21,6 @@ Type notes (Arrow -> Spark -> Arrow):
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import re
