@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -367,6 +368,13 @@ def test_keyless_view_and_exactly_once_stream_into_kafka(fresh_server, kafka_boo
         eventually(lambda: len(consume_all(kafka_bootstrap, f"{kafka_topic}_ticks", timeout=5)), 50, "ticks")
         for i in range(50, 80):
             c.execute(f"INSERT INTO ticks VALUES ({i})")
+        if not os.environ.get("STREAMDB_TEST_KAFKA"):
+            # librdkafka's mock broker shows aborted transactions to read_committed consumers
+            # (tests/kafka_mock.py): a kill inside a transaction would leave its aborted messages
+            # visible as duplicates. With the mock the kill comes between two transactions; against
+            # a real broker (STREAMDB_TEST_KAFKA) it may land inside one.
+            eventually(lambda: len(consume_all(kafka_bootstrap, f"{kafka_topic}_ticks", timeout=5)), 80,
+                       "ticks before the kill")
     srv.kill9()
     srv.start()
     with srv.connect() as c:
