@@ -145,34 +145,28 @@ class CreateViewPlan(Plan):
         from streamdb.planner.incremental import linear_delta_sql
 
         if self.strategy is not None and self.strategy.dataflow is not None:
-            lines = [f"Materialized view {self.relation.name}",
-                     "  maintenance: a Spark Structured Streaming query over its inputs' change logs "
-                     "(shared by the views of its depth); each operator keeps its state in Spark's state store",
-                     *("  " + line for line in self.strategy.explain()),
-                     "  changes are logged with weights, so views and subscribers downstream consume deltas",
-                     "  reads: served from the stored result, never a Spark job"]
-            for i in self.query.inputs:
-                lines.append(f"  input {i.registered_name}: relation {i.relation_id}")
-            lines.append(f"  Spark SQL of the query: {self.query.spark_sql}")
-            return "\n".join(lines)
-        delta = linear_delta_sql(self.query.resolved_sql, self.query.inputs)
-        if delta:
-            strategy = "incremental (linear): the query runs on the inputs' changes only"
-        elif self.aggregate_strategy:
-            strategy, delta = self.aggregate_strategy, self.aggregate_sql
+            how = ["  maintenance: a Spark Structured Streaming query over its inputs' change logs "
+                   "(shared by the views of its depth); each operator keeps its state in Spark's state store",
+                   *("  " + line for line in self.strategy.explain())]
+            spark_sql = f"  Spark SQL of the query: {self.query.spark_sql}"
         else:
-            strategy = ("recompute: the query runs over the inputs' snapshot and the difference from the "
-                        "stored result is applied")
-        why = f" ({self.strategy.reason})" if self.strategy is not None and self.strategy.reason else ""
-        lines = [f"Materialized view {self.relation.name}",
-                 f"  maintenance: epochs driven by writes to its inputs, run on Spark{why}",
-                 "  strategy: " + strategy,
-                 "  changes are logged with weights, so views and subscribers downstream consume deltas",
-                 "  reads: served from the stored result, never a Spark job"]
-        for i in self.query.inputs:
-            lines.append(f"  input {i.registered_name}: relation {i.relation_id}")
-        lines.append(f"  Spark SQL: {delta or self.query.spark_sql}")
-        return "\n".join(lines)
+            delta = linear_delta_sql(self.query.resolved_sql, self.query.inputs)
+            if delta:
+                strategy = "incremental (linear): the query runs on the inputs' changes only"
+            elif self.aggregate_strategy:
+                strategy, delta = self.aggregate_strategy, self.aggregate_sql
+            else:
+                strategy = ("recompute: the query runs over the inputs' snapshot and the difference from the "
+                            "stored result is applied")
+            why = f" ({self.strategy.reason})" if self.strategy is not None and self.strategy.reason else ""
+            how = [f"  maintenance: epochs driven by writes to its inputs, run on Spark{why}",
+                   "  strategy: " + strategy]
+            spark_sql = f"  Spark SQL: {delta or self.query.spark_sql}"
+        return "\n".join([f"Materialized view {self.relation.name}", *how,
+                          "  changes are logged with weights, so views and subscribers downstream consume deltas",
+                          "  reads: served from the stored result, never a Spark job",
+                          *(f"  input {i.registered_name}: relation {i.relation_id}" for i in self.query.inputs),
+                          spark_sql])
 
 
 @dataclass(frozen=True)
