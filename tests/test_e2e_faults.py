@@ -27,22 +27,24 @@ GROUP_COUNTS = sorted(Counter([1, 1, 2, *(i % 3 for i in range(10, 30)), 2, 3, 3
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # ~3 min on 2 busy cores: each restart waits for Spark again
+@pytest.mark.timeout(600)  # ~2 min on 2 busy cores: each restart waits for Spark again
 def test_kill_9_cycles_lose_nothing_duplicate_nothing_and_views_converge(fresh_server):
     with tempfile.TemporaryDirectory(prefix="streamdb-acks-") as acks:
-        figures = run_kill_cycles(fresh_server, cycles=5, work_dir=Path(acks))
+        # 3 cycles here (make test's time); `make soak` runs 50.
+        figures = run_kill_cycles(fresh_server, cycles=3, work_dir=Path(acks))
     summary = figures.summary()
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "kill-cycles.json").write_text(json.dumps(summary, indent=2) + "\n")
     print("kill -9 cycles:", json.dumps(summary))
-    assert figures.cycles == 5
+    assert figures.cycles == 3
     assert figures.unexpected_errors == []
     assert figures.rows_acknowledged > 50 and figures.table_ops_acknowledged > 5, summary
     assert figures.missing == 0, summary
     assert figures.duplicates == 0, summary
     assert figures.table_mismatches == 0, summary
     assert figures.views_not_converged == 0, summary
-    assert len(figures.converge_seconds) == 5 and max(figures.converge_seconds) < 60
+    assert all(n > 0 for n in figures.view_rows.values()), summary  # closed windows too: the run outlasts 30 s
+    assert len(figures.converge_seconds) == 3 and max(figures.converge_seconds) < 60
 
 
 @pytest.fixture()

@@ -317,6 +317,14 @@ def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
     assert desc["late events"] == "1" and desc["watermark"].startswith("ts - 5 seconds (now 2024-01-01 00:00:25")
     queries = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
     assert queries[final][8] == 1 and queries[live][8] == 1
+    # Both run on the pipelines (the final one holds open windows' rows until they close).
+    assert queries[final][2] == "running (incremental)" and queries[final][9].startswith("pipeline depth-")
+    assert queries[live][2] == "running (incremental)"
+    # The emitted windows are the batch query's rows for the windows the watermark closed.
+    batch = sorted(conn.execute(f"SELECT window_start, n, top FROM ({windows}) w "
+                                f"WHERE window_end <= TIMESTAMP '2024-01-01 00:00:25' AND window_start >= "
+                                f"TIMESTAMP '2024-01-01 00:00:10'").fetchall())
+    assert batch == [(t0 + 10 * sec, 1, 5)]
     with pytest.raises(psycopg.errors.FeatureNotSupported):
         conn.execute(f"CREATE TABLE nowm_{unique} (ts TIMESTAMP, v INT)")
         conn.execute(f"CREATE MATERIALIZED VIEW bad_{unique} AS SELECT window_end, count(*) "

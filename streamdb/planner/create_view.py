@@ -109,7 +109,7 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     from streamdb.planner.dataflow import view_strategy
 
     strategy = view_strategy(q.resolved_sql, q.inputs, ctx.catalog, tuple(c.name for c in q.columns),
-                             eowc=eowc_input is not None)
+                             eowc=eowc_input)
     return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")),
                           aggregate_strategy=aggregate.explain() if aggregate else None,
                           aggregate_sql=aggregate.delta_sql if aggregate else None, strategy=strategy)

@@ -812,15 +812,14 @@ class ViewStrategy:
 
 
 def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog: CatalogSnapshot,
-                  names: tuple[str, ...], *, eowc: bool = False) -> ViewStrategy:
-    """The one place a view's strategy is decided (pure: no Spark, no disk)."""
+                  names: tuple[str, ...], *, eowc: int | None = None) -> ViewStrategy:
+    """The one place a view's strategy is decided (pure: no Spark, no disk). `eowc`: the
+    watermarked relation of an EMIT ON WINDOW CLOSE view."""
     from streamdb import types as T
     from streamdb.planner.incremental import is_time_dependent
     from streamdb.planner.query import _typed_copy
     from streamdb.sql.parser import parse_one
 
-    if eowc:
-        return ViewStrategy(None, "EMIT ON WINDOW CLOSE is emitted from the whole input by the epoch driver")
     if is_time_dependent(resolved_sql):
         return ViewStrategy(None, "the query reads the clock (now()), so its result changes without new input")
     for i in inputs:
@@ -834,6 +833,35 @@ def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog:
     except Exception as e:  # noqa: BLE001 - a shape sqlglot cannot qualify and type
         return ViewStrategy(None, f"the query could not be typed ({type(e).__name__})")
     try:
-        return ViewStrategy(plan_dataflow(typed, inputs, catalog, names))
+        dataflow = plan_dataflow(typed, inputs, catalog, names)
+        if eowc is not None:
+            dataflow = with_watermark(dataflow, catalog, eowc)
+        return ViewStrategy(dataflow)
     except Unsupported as e:
         return ViewStrategy(None, str(e))
+
+
+WATERMARK = "__wm"  # EMIT ON WINDOW CLOSE: the extra last column carrying the input's event time
+
+
+def with_watermark(dataflow: Dataflow, catalog: CatalogSnapshot, relation_id: int) -> Dataflow:
+    """An EMIT ON WINDOW CLOSE view's dataflow: its rows, plus one more row whose last column is
+    the largest event time of its watermarked input (a global max over that input, kept in the
+    same pipeline, so each batch's watermark reflects exactly the input its rows reflect). The
+    server holds the rows of windows still open and emits each once the watermark passes its end
+    (runtime/pipelines.py)."""
+    from streamdb.planner.aggregate import append_only as relation_append_only
+
+    rel = catalog.by_id(relation_id)
+    if rel is None or rel.timestamp_column is None:
+        raise Unsupported("EMIT ON WINDOW CLOSE without a watermarked input")
+    if isinstance(dataflow.root, Recompute):
+        raise Unsupported("EMIT ON WINDOW CLOSE over a query recomputed per partition")
+    column = next(c for c in rel.columns if c.name == rel.timestamp_column)
+    scan = Scan(("__wm_ts",), rel.id, (column.name,), relation_append_only(rel))
+    top = Reduce(("__wm_max",), scan, (), (AggCall("max", _col("__wm_ts")),), global_=True)
+    width = len(dataflow.root.columns)
+    outs = tuple(f"__wm_o{i}" for i in range(width + 1))
+    rows = Map(outs, dataflow.root, (*(_col(c) for c in dataflow.root.columns), exp.Null()))
+    mark = Map(outs, top, (*(exp.Null() for _ in range(width)), _col("__wm_max")))
+    return Dataflow(UnionAll(outs, (rows, mark)), (*dataflow.names, WATERMARK))

@@ -27,12 +27,13 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamdb import metrics as M
 from streamdb import types as T
@@ -44,7 +45,7 @@ from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.runtime import changes as C
 from streamdb.runtime.api import Column
 from streamdb.runtime.query import arrow_to_rows
-from streamdb.storage.base import Append, Commit, LogReaderSpec, state_store
+from streamdb.storage.base import Append, Commit, LogReaderSpec, partials_store, state_store
 
 if TYPE_CHECKING:
     from streamdb.runtime.engine import Engine
@@ -89,17 +90,49 @@ class _ViewState:
     batch: int = -1
     done: bool = False
     reset: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    closed_until: int | None = None  # EMIT ON WINDOW CLOSE: rows closing by here (µs) are out
 
     def to_json(self) -> dict[str, Any]:
         return {"depth": self.depth, "gen": self.gen, "ops_base": self.ops_base,
                 "joins": {str(k): list(v) for k, v in self.joins.items()}, "fp": self.fp, "batch": self.batch,
-                "done": self.done, "reset": self.reset}
+                "done": self.done, "reset": self.reset, "closed_until": self.closed_until}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> _ViewState:
         return _ViewState(d["depth"], d["gen"], d["ops_base"], {int(k): tuple(v) for k, v in d["joins"].items()},
-                          d["fp"], d.get("batch", -1), d.get("done", False), d.get("reset", False))
+                          d["fp"], d.get("batch", -1), d.get("done", False), d.get("reset", False),
+                          d.get("closed_until"))
+
+
+@dataclass(frozen=True)
+class _CloseSpec:
+    """EMIT ON WINDOW CLOSE: a row is final once the watermark (its input's largest event time
+    less the delay) reaches its `column` plus `offset` (µs)."""
+
+    column: int
+    offset: int
+    delay: int
+
+
+_OPEN = b"eowc:"  # an EMIT ON WINDOW CLOSE view's rows of windows still open, by closing time
+_NEVER = (1 << 64) - 1
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(value: Any) -> int | None:
+    if not isinstance(value, dt.datetime):
+        if isinstance(value, dt.date):
+            value = dt.datetime(value.year, value.month, value.day)
+        else:
+            return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return (value - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _open_key(close: int | None, row_key: bytes) -> bytes:
+    slot = _NEVER if close is None else close + (1 << 63)
+    return _OPEN + slot.to_bytes(8, "big") + row_key
 
 
 class PipelineManager:
@@ -114,6 +147,7 @@ class PipelineManager:
         self._states: dict[int, _ViewState] = {}
         self._owned: set[int] = set()
         self._errors: dict[int, dict[str, int]] = {}  # view -> "sqlstate:message" -> count
+        self._closing: dict[int, _CloseSpec] = {}  # EMIT ON WINDOW CLOSE views
 
     # ---- strategy -------------------------------------------------------------------------
 
@@ -128,7 +162,7 @@ class PipelineManager:
         try:
             plan = query_planner.plan_query(view_query(view), PlanContext(catalog, _SYSTEM_SESSION))
             strategy = D.view_strategy(plan.resolved_sql, plan.inputs, catalog, tuple(c.name for c in view.columns),
-                                       eowc=extra.get("eowc_input") is not None)
+                                       eowc=int(extra["eowc_input"]) if extra.get("eowc_input") is not None else None)
         except StreamDBError as e:
             strategy = D.ViewStrategy(None, e.message)
         self._strategies[view.id] = (catalog.version, strategy)
@@ -230,9 +264,16 @@ class PipelineManager:
                     if had_rows:
                         self._retract_all(view, snap, commit, now)
                         state.reset = False
+                    for open_key, _ in snap.scan(partials_store(vid), _OPEN):
+                        commit.deletes.append((partials_store(vid), open_key))
                     commit.deletes.append((META, f"view-errors:{vid}".encode()))  # recomputed too
                     self._stage_state(vid, state, snap, commit)
                 self._states[vid] = state
+                spec = self._close_spec(view, catalog)
+                if spec is None:
+                    self._closing.pop(vid, None)
+                else:
+                    self._closing[vid] = spec
                 self._errors.pop(vid, None)
                 self._errors_of(vid, snap)
                 self._show_errors(vid)
@@ -315,7 +356,7 @@ class PipelineManager:
         with self._commit_lock:
             catalog = engine.catalog.snapshot()
             commit = Commit()
-            applied: list[tuple[int, bool, dict[int, tuple[int, ...]]]] = []
+            applied: list[tuple[int, bool, dict[int, tuple[int, ...]], int | None]] = []
             changed = False
             now = dt.datetime.now(dt.UTC)
             rels = offsets.get("rels", {})
@@ -325,7 +366,12 @@ class PipelineManager:
                     state = self._states.get(vid)
                     if view is None or state is None or state.batch >= batch_id:
                         continue  # dropped, or this batch is a replay it already reflects
-                    weights = self._weights(view, tables.get(vid))
+                    closed_until = state.closed_until
+                    spec = self._closing.get(vid)
+                    if spec is None:
+                        weights = self._weights(view, tables.get(vid))
+                    else:
+                        weights, closed_until = self._emit_on_close(view, spec, state, tables.get(vid), snap, commit)
                     changed |= stage_changes(view, snap, weights, commit, now) > 0
                     if vid in errors:
                         self._stage_errors(vid, errors[vid], snap, commit)
@@ -336,18 +382,19 @@ class PipelineManager:
                     if done:
                         progress["inputs"] = {str(k): list(v) for k, v in processed.items()}
                     new_state = _ViewState(state.depth, state.gen, state.ops_base, state.joins, state.fp, batch_id,
-                                           done)
+                                           done, closed_until=closed_until)
                     self._stage_state(vid, new_state, snap, commit, progress)
-                    applied.append((vid, done, processed))
+                    applied.append((vid, done, processed, closed_until))
             if not applied:
                 return
             engine.storage.commit(commit)
             engine.metrics.committed(commit)
             elapsed = (time.monotonic() - started) * 1000 + (running.pipeline.last_batch_ms or 0)
-            for vid, done, processed in applied:
+            for vid, done, processed, closed_until in applied:
                 state = self._states[vid]
                 state.batch = batch_id
                 state.done = done
+                state.closed_until = closed_until
                 st = self.maintainer.status_of(vid)
                 if done:
                     st.processed = processed
@@ -400,6 +447,82 @@ class PipelineManager:
         for r in arrow_to_rows(table, columns):
             weights[self.maintainer._row(r[:-1], view)] += int(r[-1])
         return weights
+
+    def _close_spec(self, view: RelationDef, catalog: CatalogSnapshot) -> _CloseSpec | None:
+        from streamdb.runtime.watermarks import delay_of
+
+        extra = dict(view.extra)
+        if extra.get("eowc_input") is None:
+            return None
+        source = catalog.by_id(int(extra["eowc_input"]))
+        names = [c.name for c in view.columns]
+        column = extra.get("eowc_column", "window_end")
+        if source is None or column not in names:
+            return None
+        second = 1_000_000
+        return _CloseSpec(names.index(column), round(float(extra.get("eowc_offset_seconds") or 0) * second),
+                          round((delay_of(source) or 0.0) * second))
+
+    def _emit_on_close(self, view: RelationDef, spec: _CloseSpec, state: _ViewState, table: pa.Table | None,
+                       snap: Any, commit: Commit) -> tuple[Counter[tuple[Any, ...]], int | None]:
+        """An EMIT ON WINDOW CLOSE view's batch: its rows' changes held while their window is
+        open (`partials:<view>`, keyed by closing time), and the rows of the windows the batch's
+        watermark closed emitted, once each. A change to a window already emitted (a late event)
+        is not applied: the view's rows never change. Returns (the view's changes, the new
+        closing point)."""
+        closed = state.closed_until
+        if table is None or table.num_rows == 0:
+            return Counter(), closed
+        width = len(view.columns)
+        marks = table.column(width).to_pylist()
+        weights_col = table.column(table.num_columns - 1).to_pylist()
+        top = max((m for m, w in zip(marks, weights_col, strict=True) if m is not None and w > 0),
+                  key=lambda m: _micros(m) or 0, default=None)
+        new_closed = closed
+        if top is not None:
+            mark = _micros(top)
+            if mark is not None and (closed is None or mark - spec.delay > closed):
+                new_closed = mark - spec.delay
+        rows_table = table.filter(pc.is_null(table.column(width))).drop_columns([table.column_names[width]])
+        changes = self._weights(view, rows_table)
+        store = partials_store(view.id)
+        held: dict[bytes, tuple[tuple[Any, ...], int]] = {}
+        late = 0
+        for row, w in changes.items():
+            close = _micros(row[spec.column])
+            close = None if close is None else close + spec.offset
+            if close is not None and closed is not None and close <= closed:
+                late += abs(w)
+                continue
+            key = _open_key(close, C.key_of(row))
+            if key not in held:
+                raw = snap.get(store, key)
+                held[key] = C.decode_view_row(raw) if raw else (row, 0)
+            held[key] = (row, held[key][1] + w)
+        out: Counter[tuple[Any, ...]] = Counter()
+        if new_closed is not None and new_closed != closed:
+            limit = new_closed + (1 << 63)
+
+            def due(key: bytes) -> bool:
+                return int.from_bytes(key[len(_OPEN):len(_OPEN) + 8], "big") <= limit
+
+            for key, value in snap.scan(store, _OPEN):
+                if not due(key):
+                    break
+                row, n = held.pop(key) if key in held else C.decode_view_row(value)
+                out[row] += n
+                commit.deletes.append((store, key))
+            for key in [k for k in held if due(k)]:
+                row, n = held.pop(key)
+                out[row] += n
+        for key, (row, n) in held.items():
+            if n:
+                commit.puts.append((store, key, C.encode_view_row(row, n)))
+            else:
+                commit.deletes.append((store, key))
+        if late:
+            log.debug("view %s: %d changes to windows already emitted, not applied", view.name, late)
+        return Counter({row: n for row, n in out.items() if n}), new_closed
 
     def _on_failure(self, depth: int, error: StreamDBError) -> None:
         running = self._running.get(depth)

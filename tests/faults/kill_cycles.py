@@ -14,6 +14,7 @@ Used by tests/test_e2e_faults.py (a few cycles) and tests/faults/soak.py (`make 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import re
@@ -34,12 +35,17 @@ STREAM_WRITERS = 2
 BATCH_ROWS = 5
 
 SCHEMA = [
-    "CREATE STREAM ev (id BIGINT, grp INT, amount INT) WITH (partitions = 2)",
+    # ts is the writer's clock: out of order by milliseconds at most, so with a 30 s watermark
+    # delay no event is late and the EMIT ON WINDOW CLOSE view has a plain batch recomputation.
+    "CREATE STREAM ev (id BIGINT, grp INT, amount INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '30' SECOND) "
+    "WITH (partitions = 2)",
     "CREATE TABLE acct (k INT PRIMARY KEY, v INT)",
     "CREATE MATERIALIZED VIEW ev_big AS SELECT id, grp, amount FROM ev WHERE amount >= 50",
     "CREATE MATERIALIZED VIEW ev_by_grp AS SELECT grp, count(*) AS n, sum(amount) AS total FROM ev GROUP BY grp",
     "CREATE MATERIALIZED VIEW big_by_grp AS SELECT grp, count(*) AS n FROM ev_big GROUP BY grp",
     "CREATE MATERIALIZED VIEW acct_activity AS SELECT a.k, a.v, g.n FROM acct a JOIN ev_by_grp g ON a.k = g.grp",
+    "CREATE MATERIALIZED VIEW ev_seconds AS SELECT window_start, window_end, count(*) AS n, sum(amount) AS total "
+    "FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end EMIT ON WINDOW CLOSE",
 ]
 
 # Each view's contents, and the same query over the base relations only (its batch recomputation).
@@ -53,6 +59,11 @@ VIEW_CHECKS: dict[str, tuple[str, str]] = {
     "acct_activity": ("SELECT k, v, n FROM acct_activity",
                       "SELECT a.k, a.v, g.n FROM acct a JOIN (SELECT grp, count(*) AS n FROM ev GROUP BY grp) g "
                       "ON a.k = g.grp"),
+    # Closed windows only: those ending by the watermark (the largest event time less 30 s).
+    "ev_seconds": ("SELECT window_start, window_end, n, total FROM ev_seconds",
+                   "SELECT window_start, window_end, count(*), sum(amount) FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) "
+                   "GROUP BY window_start, window_end "
+                   "HAVING window_end <= (SELECT max(ts) - INTERVAL '30' SECOND FROM ev)"),
 }
 
 
@@ -85,6 +96,7 @@ class Figures:
     restart_seconds: list[float] = field(default_factory=list)
     converge_seconds: list[float] = field(default_factory=list)
     spark_ready_seconds: list[float] = field(default_factory=list)  # from process start, per the server log
+    view_rows: dict[str, int] = field(default_factory=dict)  # at the end (a check over no rows proves little)
 
     @property
     def ok(self) -> bool:
@@ -173,16 +185,17 @@ class _StreamWriter(_Writer):
         self.name = f"stream-writer-{index}"
         self.next_id = index
         self.rng = rng
-        self.in_flight: list[tuple[int, int, int]] = []
+        self.in_flight: list[tuple[int, int, int, dt.datetime]] = []
         self.uncertain = 0
 
     def write_once(self, conn: psycopg.Connection) -> None:
         rows = []
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         for _ in range(BATCH_ROWS):
-            rows.append((self.next_id, self.next_id % GROUPS, self.rng.randrange(100)))
+            rows.append((self.next_id, self.next_id % GROUPS, self.rng.randrange(100), now))
             self.next_id += STREAM_WRITERS  # ids are never reused, even after an unacknowledged batch
         self.in_flight = rows
-        conn.execute("INSERT INTO ev VALUES " + ", ".join(["(%s, %s, %s)"] * len(rows)),
+        conn.execute("INSERT INTO ev VALUES " + ", ".join(["(%s, %s, %s, %s)"] * len(rows)),
                      [v for row in rows for v in row])
         for row in rows:
             self.acknowledged({"id": row[0], "grp": row[1], "amount": row[2]})
@@ -352,6 +365,8 @@ def run_kill_cycles(server: Server, cycles: int, work_dir: Path, seed: int | Non
         # The table write in flight at the last kill was never settled by a reconnect: settle it now.
         table_writer.reconnected(conn)
         stored = conn.execute("SELECT id, grp, amount FROM ev").fetchall()
+        for name in VIEW_CHECKS:
+            figures.view_rows[name] = conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
         table = dict(conn.execute("SELECT k, v FROM acct").fetchall())
     counts = Counter(row[0] for row in stored)
     stored_by_id = {row[0]: tuple(row) for row in stored}
