@@ -483,6 +483,8 @@ class PipelineManager:
             mark = _micros(top)
             if mark is not None and (closed is None or mark - spec.delay > closed):
                 new_closed = mark - spec.delay
+        # Before the first event the global max is NULL: its row (all NULL) is held as never
+        # closing and retracted by the max's first change, so it is never emitted.
         rows_table = table.filter(pc.is_null(table.column(width))).drop_columns([table.column_names[width]])
         changes = self._weights(view, rows_table)
         store = partials_store(view.id)
