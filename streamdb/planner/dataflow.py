@@ -853,11 +853,11 @@ def with_watermark(dataflow: Dataflow, catalog: CatalogSnapshot, relation_id: in
     from streamdb.planner.aggregate import append_only as relation_append_only
 
     rel = catalog.by_id(relation_id)
-    if rel is None or rel.timestamp_column is None:
+    column = next((c for c in rel.columns if c.name == rel.timestamp_column), None) if rel is not None else None
+    if rel is None or column is None:
         raise Unsupported("EMIT ON WINDOW CLOSE without a watermarked input")
     if isinstance(dataflow.root, Recompute):
         raise Unsupported("EMIT ON WINDOW CLOSE over a query recomputed per partition")
-    column = next(c for c in rel.columns if c.name == rel.timestamp_column)
     scan = Scan(("__wm_ts",), rel.id, (column.name,), relation_append_only(rel))
     top = Reduce(("__wm_max",), scan, (), (AggCall("max", _col("__wm_ts")),), global_=True)
     width = len(dataflow.root.columns)
