@@ -79,6 +79,9 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         if len(renamed) > len(q.columns):
             raise StreamDBError("CREATE MATERIALIZED VIEW specifies more column names than columns",
                                 sqlstate="42601")
+        if eowc_input is not None and close_column is not None:  # the closing column, as the view names it
+            at = [c.name for c in q.columns].index(close_column)
+            close_column = renamed[at] if at < len(renamed) else close_column
         q = replace(q, columns=tuple(
             replace(c, name=renamed[i]) if i < len(renamed) else c for i, c in enumerate(q.columns)))
     seen: set[str] = set()

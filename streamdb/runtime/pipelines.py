@@ -120,14 +120,10 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _micros(value: Any) -> int | None:
-    if not isinstance(value, dt.datetime):
-        if isinstance(value, dt.date):
-            value = dt.datetime(value.year, value.month, value.day)
-        else:
-            return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return (value - _EPOCH) // dt.timedelta(microseconds=1)
+    from streamdb.runtime.views import _aware
+
+    aware = _aware(value)  # TIMESTAMP values are UTC, as the session time zone
+    return None if aware is None else (aware - _EPOCH) // dt.timedelta(microseconds=1)
 
 
 def _open_key(close: int | None, row_key: bytes) -> bytes:
@@ -449,19 +445,15 @@ class PipelineManager:
         return weights
 
     def _close_spec(self, view: RelationDef, catalog: CatalogSnapshot) -> _CloseSpec | None:
+        from streamdb.runtime.views import closing_point
         from streamdb.runtime.watermarks import delay_of
 
-        extra = dict(view.extra)
-        if extra.get("eowc_input") is None:
+        point = closing_point(view, [c.name for c in view.columns])
+        source = catalog.by_id(int(dict(view.extra)["eowc_input"])) if point is not None else None
+        if point is None or source is None:
             return None
-        source = catalog.by_id(int(extra["eowc_input"]))
-        names = [c.name for c in view.columns]
-        column = extra.get("eowc_column", "window_end")
-        if source is None or column not in names:
-            return None
-        second = 1_000_000
-        return _CloseSpec(names.index(column), round(float(extra.get("eowc_offset_seconds") or 0) * second),
-                          round((delay_of(source) or 0.0) * second))
+        one = dt.timedelta(microseconds=1)
+        return _CloseSpec(point[0], point[1] // one, dt.timedelta(seconds=delay_of(source) or 0.0) // one)
 
     def _emit_on_close(self, view: RelationDef, spec: _CloseSpec, state: _ViewState, table: pa.Table | None,
                        snap: Any, commit: Commit) -> tuple[Counter[tuple[Any, ...]], int | None]:
@@ -476,13 +468,12 @@ class PipelineManager:
         width = len(view.columns)
         marks = table.column(width).to_pylist()
         weights_col = table.column(table.num_columns - 1).to_pylist()
-        top = max((m for m, w in zip(marks, weights_col, strict=True) if m is not None and w > 0),
-                  key=lambda m: _micros(m) or 0, default=None)
+        # The max's changes: its old value retracted (w < 0), its new one added.
+        top = max((_micros(m) or 0 for m, w in zip(marks, weights_col, strict=True) if m is not None and w > 0),
+                  default=None)
         new_closed = closed
-        if top is not None:
-            mark = _micros(top)
-            if mark is not None and (closed is None or mark - spec.delay > closed):
-                new_closed = mark - spec.delay
+        if top is not None and (closed is None or top - spec.delay > closed):
+            new_closed = top - spec.delay
         # Before the first event the global max is NULL: its row (all NULL) is held as never
         # closing and retracted by the max's first change, so it is never emitted.
         rows_table = table.filter(pc.is_null(table.column(width))).drop_columns([table.column_names[width]])

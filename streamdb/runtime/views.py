@@ -157,6 +157,17 @@ def _json_safe(t: T.SqlType) -> bool:
                  T.DATE, T.TIMESTAMP, T.TIMESTAMPTZ, T.JSON, T.JSONB, T.UUID)
 
 
+def closing_point(view: RelationDef, names: list[str]) -> tuple[int, dt.timedelta] | None:
+    """An EMIT ON WINDOW CLOSE view's row (of columns `names`) is final once the watermark reaches
+    its column at this index plus this offset (window_end; the watermark column; window_start
+    plus the size)."""
+    extra = dict(view.extra)
+    column = extra.get("eowc_column", "window_end")
+    if extra.get("eowc_input") is None or column not in names:
+        return None
+    return names.index(column), dt.timedelta(seconds=float(extra.get("eowc_offset_seconds") or 0))
+
+
 def _aware(t: Any) -> dt.datetime | None:
     if not isinstance(t, dt.datetime):
         return None
@@ -639,9 +650,9 @@ class ViewMaintainer:
             if item.eowc:
                 # Only windows the watermark closed since the last epoch; each is emitted once
                 # and never changes after (late events for it are counted, not applied).
-                extra = dict(view.extra)
-                end_at = [c.name for c in item.plan.columns].index(extra.get("eowc_column", "window_end"))
-                offset = dt.timedelta(seconds=float(extra.get("eowc_offset_seconds") or 0))
+                point = closing_point(view, [c.name for c in item.plan.columns])
+                assert point is not None
+                end_at, offset = point
                 lo, hi = _aware(st.emitted_until), _aware(item.close_until)
                 closing: Counter[tuple[Any, ...]] = Counter()
                 if hi is not None:
