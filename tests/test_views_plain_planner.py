@@ -202,3 +202,16 @@ def test_star_in_a_view_is_frozen_at_creation() -> None:
         "CREATE VIEW j AS SELECT e.k, e.n, e.ts, b.n2 FROM events AS e JOIN big AS b ON b.k = e.k"
     sql = "CREATE VIEW kept AS SELECT k FROM  events"
     assert create_plain_view.plan(parse_one(sql), events_ctx(), sql).relation.create_sql == sql
+
+
+@pytest.mark.parametrize(("query", "incremental"), [
+    ("SELECT window_start, count(*) AS c FROM HOP(events, ts, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE) "
+     "GROUP BY window_start", True),
+    ("SELECT e.k, v.m FROM events e CROSS JOIN (VALUES (1), (-2)) AS v(m)", True),
+    ("SELECT e.k, v.m FROM events e JOIN (VALUES (1, 'a'), (2, 'b')) AS v(m, t) ON v.t = e.k", True),
+    ("SELECT e.k, v.m FROM events e LEFT JOIN (VALUES (1, 'a')) AS v(m, t) ON v.t = e.k", False),
+    ("SELECT e.k, v.m FROM events e CROSS JOIN (VALUES (e.n)) AS v(m)", False),
+])
+def test_joins_with_constant_values_are_linear(query: str, incremental: bool) -> None:
+    """HOP windows are a join with VALUES (the window offsets): one Map per row, so no recompute."""
+    assert mv_strategy(query)[0].startswith("incremental" if incremental else "recompute")

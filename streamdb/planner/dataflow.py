@@ -33,6 +33,9 @@ ROWTIME = "rowtime"
 ROWKEY = "__rowkey"
 
 
+MAX_VALUES_ROWS = 64  # a join with a longer VALUES list is recomputed (one Map per row)
+
+
 class Unsupported(Exception):
     """The query has a shape the dataflow does not maintain incrementally (the reason is shown)."""
 
@@ -449,6 +452,10 @@ class Lowering:
                 raise Unsupported(f"{j.kind or j.side} joins")
         if (j.kind or "").upper() in ("SEMI", "ANTI", "ASOF"):
             raise Unsupported(f"{j.kind} joins")
+        if isinstance(j.this, exp.Values):
+            return self.join_values(left, left_env, j, kind, j.this, j.this.args.get("alias"))
+        if isinstance(j.this, exp.Subquery) and isinstance(j.this.this, exp.Values):  # (VALUES ...) AS v(x)
+            return self.join_values(left, left_env, j, kind, j.this.this, j.this.args.get("alias"))
         right, right_env = self.from_item(j.this)
         env = {**left_env, **right_env}
         left_cols, right_cols = set(left.columns), set(right.columns)
@@ -482,6 +489,35 @@ class Lowering:
         pred = _and(residual)
         if pred is not None:
             node = Filter(node.columns, node, pred)
+        return node, env
+
+    def join_values(self, left: Node, left_env: Env, j: exp.Join, kind: str, values: exp.Values,
+                    alias: exp.TableAlias | None) -> tuple[Node, Env]:
+        """An inner join with a constant VALUES list (HOP windows: each row times its window
+        offsets) is linear: one Map per VALUES row, adding that row's constants, in a union."""
+        rows = [t.expressions if isinstance(t, exp.Tuple) else [t] for t in values.expressions]
+        if kind != "inner":
+            raise Unsupported(f"{kind} joins with VALUES")
+        if not rows or len(rows) > MAX_VALUES_ROWS:
+            raise Unsupported(f"a join with more than {MAX_VALUES_ROWS} VALUES rows")
+        if any(not isinstance(v, exp.Literal) and not isinstance(v, exp.Neg) for r in rows for v in r):
+            raise Unsupported("a join with VALUES that are not constants")
+        if alias is None or not alias.columns:
+            raise Unsupported("a join with VALUES without a column list")
+        names = [_norm(c.name) for c in alias.columns]
+        if any(len(r) != len(names) for r in rows):
+            raise Unsupported("a join with VALUES rows of different widths")
+        outer = tuple(self.fresh() for _ in left.columns)
+        added = tuple(self.fresh() for _ in names)
+        branches = tuple(Map(outer + added, left, tuple(_col(c) for c in left.columns) + tuple(v.copy() for v in r))
+                         for r in rows)
+        renamed = dict(zip(left.columns, outer, strict=True))
+        env = {key: renamed[c] for key, c in left_env.items()}
+        env.update({(_norm(alias.name), n): c for n, c in zip(names, added, strict=True)})
+        node: Node = UnionAll(outer + added, branches)
+        on = j.args.get("on")
+        if on is not None:
+            node = Filter(node.columns, node, self.rewrite(on, env))
         return node, env
 
     def select(self, s: exp.Select, top: bool) -> tuple[Node, list[str]]:
