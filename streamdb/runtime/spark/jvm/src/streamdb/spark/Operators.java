@@ -62,39 +62,27 @@ public final class Operators {
     @SuppressWarnings("unchecked")
     Map<String, Long>[] sides = new Map[2];
     Map<List<String>, Long> emitted = new LinkedHashMap<>();
+    // The key's changes in this batch netted per (side, row) first. The result is the same (each
+    // change applied against the other side as it stands sums to the final join minus the first,
+    // in any order), but a row that changes k times in a batch (a window's running max in Nexmark
+    // q5) costs one pass over the other side instead of k, and k times fewer pairs held: q5 ran
+    // the heap out at 5M events without it.
+    @SuppressWarnings("unchecked")
+    Map<String, Long>[] net = new Map[] {new LinkedHashMap<String, Long>(), new LinkedHashMap<String, Long>()};
     while (in.hasNext()) {
       Rec r = in.next();
-      if (r.w == 0 || r.row == null) {
-        continue;
+      if (r.w != 0 && r.row != null) {
+        net[r.side == 0 ? 0 : 1].merge(r.row, r.w, Long::sum);
       }
-      int me = r.side == 0 ? 0 : 1;
-      int other = 1 - me;
-      Map<String, Long> others = side(sides, other, st);
-      for (Map.Entry<String, Long> e : others.entrySet()) {
-        emit(emitted, me == 0 ? r.row : e.getKey(), me == 0 ? e.getKey() : r.row, r.w * e.getValue());
-      }
-      boolean myOuter = me == 0 ? s.leftOuter() : s.rightOuter();
-      boolean otherOuter = me == 0 ? s.rightOuter() : s.leftOuter();
-      if (myOuter && totals[other] == 0) {
-        emit(emitted, me == 0 ? r.row : null, me == 0 ? null : r.row, r.w);
-      }
-      long before = totals[me];
-      long after = before + r.w;
-      if (otherOuter && (before == 0) != (after == 0)) {
-        long sign = before == 0 ? -1 : 1;  // the other side's padded rows go away, or come back
-        for (Map.Entry<String, Long> e : others.entrySet()) {
-          emit(emitted, me == 0 ? null : e.getKey(), me == 0 ? e.getKey() : null, sign * e.getValue());
+    }
+    for (int me = 0; me < 2; me++) {
+      for (Map.Entry<String, Long> change : net[me].entrySet()) {
+        String row = change.getKey();
+        long w = change.getValue();
+        if (w != 0) {
+          joinOne(s, st, sides, emitted, totals, me, row, w);
         }
       }
-      long n = st.add(me, r.row, r.w);
-      if (sides[me] != null) {
-        if (n == 0) {
-          sides[me].remove(r.row);
-        } else {
-          sides[me].put(r.row, n);
-        }
-      }
-      totals[me] = after;
     }
     if (totals[0] == 0 && totals[1] == 0) {
       st.clearValue();
@@ -106,6 +94,37 @@ public final class Operators {
         out.add(new Rec(s.id, 0, key, e.getKey().get(0), e.getKey().get(1), null, e.getValue()));
       }
     }
+  }
+
+  private static void joinOne(Spec.Op s, KeyState st, Map<String, Long>[] sides, Map<List<String>, Long> emitted,
+                              long[] totals, int me, String row, long w) {
+    int other = 1 - me;
+    Map<String, Long> others = side(sides, other, st);
+    for (Map.Entry<String, Long> e : others.entrySet()) {
+      emit(emitted, me == 0 ? row : e.getKey(), me == 0 ? e.getKey() : row, w * e.getValue());
+    }
+    boolean myOuter = me == 0 ? s.leftOuter() : s.rightOuter();
+    boolean otherOuter = me == 0 ? s.rightOuter() : s.leftOuter();
+    if (myOuter && totals[other] == 0) {
+      emit(emitted, me == 0 ? row : null, me == 0 ? null : row, w);
+    }
+    long before = totals[me];
+    long after = before + w;
+    if (otherOuter && (before == 0) != (after == 0)) {
+      long sign = before == 0 ? -1 : 1;  // the other side's padded rows go away, or come back
+      for (Map.Entry<String, Long> e : others.entrySet()) {
+        emit(emitted, me == 0 ? null : e.getKey(), me == 0 ? e.getKey() : null, sign * e.getValue());
+      }
+    }
+    long n = st.add(me, row, w);
+    if (sides[me] != null) {
+      if (n == 0) {
+        sides[me].remove(row);
+      } else {
+        sides[me].put(row, n);
+      }
+    }
+    totals[me] = after;
   }
 
   private static Map<String, Long> side(Map<String, Long>[] sides, int which, KeyState st) {
