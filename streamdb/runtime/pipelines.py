@@ -36,15 +36,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamdb import metrics as M
-from streamdb import types as T
 from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import StreamDBError
 from streamdb.planner import dataflow as D
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.runtime import changes as C
-from streamdb.runtime.api import Column
-from streamdb.runtime.query import arrow_to_rows
 from streamdb.storage.base import Append, Commit, LogReaderSpec, partials_store, state_store
 
 if TYPE_CHECKING:
@@ -439,9 +436,9 @@ class PipelineManager:
         weights: Counter[tuple[Any, ...]] = Counter()
         if table is None or table.num_rows == 0:
             return weights
-        columns = (*(Column(c.name, c.type) for c in view.columns), Column("__w", T.BIGINT))
-        for r in arrow_to_rows(table, columns):
-            weights[self.maintainer._row(r[:-1], view)] += int(r[-1])
+        rows = self.maintainer.rows_of(table, view)
+        for row, w in zip(rows, table.column("__w").to_pylist(), strict=True):
+            weights[row] += w
         return weights
 
     def _close_spec(self, view: RelationDef, catalog: CatalogSnapshot) -> _CloseSpec | None:

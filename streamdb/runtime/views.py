@@ -104,6 +104,25 @@ class ViewStatus:
     strategy: str | None = None  # what SHOW QUERIES shows in brackets
 
 
+def _as_is(arrow_type: pa.DataType, t: T.SqlType) -> bool:
+    """Whether to_pylist() of this Arrow type already gives what coerce() then _normalize() would
+    for a column of type `t` (a row's key is the repr of its values: they must be identical)."""
+    if pa.types.is_integer(arrow_type) and not pa.types.is_unsigned_integer(arrow_type):
+        width = {T.SMALLINT.oid: 16, T.INTEGER.oid: 32, T.BIGINT.oid: 64}.get(t.oid)
+        return width is not None and arrow_type.bit_width <= width
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return t == T.TEXT or (t.oid == T.VARCHAR.oid and t.max_length is None)
+    if pa.types.is_boolean(arrow_type):
+        return t == T.BOOLEAN
+    if pa.types.is_float64(arrow_type):
+        return t == T.DOUBLE
+    if pa.types.is_timestamp(arrow_type):
+        return arrow_type.tz is None and t == T.TIMESTAMP
+    if pa.types.is_date32(arrow_type):
+        return t == T.DATE
+    return False
+
+
 def _normalize(v: Any) -> Any:
     if isinstance(v, decimal.Decimal):
         return v.normalize() if v.is_finite() else v
@@ -417,6 +436,22 @@ class ViewMaintainer:
 
     def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:
         return tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
+
+    @staticmethod
+    def rows_of(table: pa.Table, view: RelationDef) -> list[tuple[Any, ...]]:
+        """The table's rows (its first columns are the view's) as the view's row values, the same
+        as `_row` gives row by row, converted a column at a time: a column whose Arrow type
+        already holds the column type's values (a bigint as int64) is taken as it is."""
+        columns = []
+        for i, c in enumerate(view.columns):
+            arr = table.column(i)
+            if _as_is(arr.type, c.type):
+                columns.append(arr.to_pylist())
+                continue
+            values = arrow_to_rows(table.select([i]), (Column(c.name, c.type),))
+            t, name = c.type, c.name
+            columns.append([_normalize(coerce(v, t, name)) for (v,) in values])
+        return list(zip(*columns, strict=True)) if columns else [() for _ in range(table.num_rows)]
 
     def _maintain_level(self, level: list[RelationDef]) -> None:
         """One epoch for views that do not depend on each other: their queries share the
