@@ -238,7 +238,8 @@ class _Compiler:
         views = {str(v.view_id): {str(r): list(j) for r, j in v.joins.items()} for v in self.views}
         return {"log": {"kind": self.log_spec.kind, "path": self.log_spec.path,
                         "kafka_bootstrap": self.log_spec.kafka_bootstrap},
-                "relations": rels, "views": views, "spark_schema": spark_schema.json()}
+                "relations": rels, "views": views, "spark_schema": spark_schema.json(),
+                "max_rows": log_source.MAX_ROWS}
 
     # -- which operator instances there are --
 

@@ -372,6 +372,10 @@ class SparkRuntime:
             "spark.sql.streaming.stateStore.providerClass":
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            # One memory budget (memtables and block cache) shared by every state store instance of
+            # the executor, so native memory stays flat as views and partitions are added.
+            "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+            "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
             "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         }
         if _is_loopback_master(self.master):

@@ -25,8 +25,8 @@ import org.apache.spark.sql.types.StructType;
  * history before J as tagged backfill over as many batches as the per-batch budget needs.
  */
 final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
-  static final long CHUNK = 500_000;
-  static final long MAX_ROWS = 2_000_000;
+  static final long CHUNK = 125_000;
+  static final long MAX_ROWS = 250_000;
   static final int SEED_RELATION = -1;
   private static final ObjectMapper JSON = new ObjectMapper();
 
