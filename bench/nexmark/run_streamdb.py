@@ -52,6 +52,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -303,6 +304,15 @@ def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> l
     return out
 
 
+def _command_name(pid: int) -> str:
+    """The process's command name (java, python), so memory figures say whose they are."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "exited"
+
+
 class Monitor(threading.Thread):
     """CPU and memory of a process tree over a window: start() marks its beginning, finish() its end."""
 
@@ -343,8 +353,13 @@ class Monitor(threading.Thread):
         self.join()
         self._sample()
         ticks = sum(t - self.first.get(pid, 0) for pid, t in self.last.items())
+        by_process: dict[str, float] = {}
+        for pid, kib in self.hwm.items():
+            name = f"{_command_name(pid)}[{pid}]"
+            by_process[name] = round(kib / 1024, 1)
         return {"cpu_seconds": ticks / CLK_TCK, "peak_rss_mib": sum(self.hwm.values()) / 1024,
                 "peak_rss_sampled_mib": self.rss_peak / 1024, "processes": len(self.last),
+                "peak_rss_by_process_mib": by_process,
                 "monitored_seconds": time.monotonic() - self.started}
 
 
@@ -671,11 +686,23 @@ def run_throughput(query: str, query_sql: str, events: Events, args: argparse.Na
                 raise RunFailed(f"view failed: {result['view_error']}"[:500])
             conn.close()
             return result
+        except RunFailed:
+            kept = keep_server_log(server, query)
+            log(f"{label}: failed; the server's log is kept in {kept}")
+            raise
         finally:
             watchdog.cancel()
             for t in threads:
                 t.stopping.set()
             server.stop()
+
+
+def keep_server_log(server: Server, query: str) -> Path:
+    """A failed run's server log, copied out of its temporary directory (which goes away)."""
+    out = ROOT / "bench" / "results" / "tmp" / "logs" / f"nexmark-{query}-server-{time.strftime('%H%M%S')}.log"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(server.log, out)
+    return out
 
 
 def run_freshness(query: str, query_sql: str, events: Events, args: argparse.Namespace,
