@@ -500,7 +500,7 @@ class Lowering:
             raise Unsupported(f"{kind} joins with VALUES")
         if not rows or len(rows) > MAX_VALUES_ROWS:
             raise Unsupported(f"a join with more than {MAX_VALUES_ROWS} VALUES rows")
-        if any(not isinstance(v, exp.Literal) and not isinstance(v, exp.Neg) for r in rows for v in r):
+        if any(v.find(exp.Column, exp.Rand) or _has_subquery(v) for r in rows for v in r):
             raise Unsupported("a join with VALUES that are not constants")
         if alias is None or not alias.columns:
             raise Unsupported("a join with VALUES without a column list")
