@@ -25,7 +25,10 @@ query's view (queries/qN.sql), then:
 Measured for the server process and all its descendants (the Spark JVM and its Python workers),
 from /proc: CPU seconds (utime + stime) over the measured window, sampled every 250 ms (a
 process that exits loses at most its last 250 ms), and peak memory (the sum of each process's
-VmHWM, an upper bound of the simultaneous peak; also the largest sampled sum of VmRSS).
+VmHWM, an upper bound of the simultaneous peak; also the largest sampled sum of VmRSS). Processes
+seen in fewer than two samples are left out of the peak: a child forked by the JVM to run a tool
+(chmod) shows the JVM's whole resident set for a moment, which is shared, not more memory; they
+are listed in peak_rss_transient_mib.
 cores_used = cpu_seconds / seconds; events_per_s_per_core = events_per_s / cores_used.
 
 A query file whose first line is `-- unsupported: <reason>` is skipped and reported so. The JSON
@@ -323,6 +326,7 @@ class Monitor(threading.Thread):
         self.first: dict[int, int] = {}
         self.last: dict[int, int] = {}
         self.hwm: dict[int, int] = {}
+        self.seen: dict[int, int] = {}  # samples each process was in
         self.rss_peak = 0
         self.started = 0.0
 
@@ -335,6 +339,7 @@ class Monitor(threading.Thread):
             self.last[pid] = table[pid][1]
             hwm, rss = _memory_kib(pid)
             self.hwm[pid] = max(self.hwm.get(pid, 0), hwm)
+            self.seen[pid] = self.seen.get(pid, 0) + 1
             rss_sum += rss
         self.rss_peak = max(self.rss_peak, rss_sum)
 
@@ -353,13 +358,13 @@ class Monitor(threading.Thread):
         self.join()
         self._sample()
         ticks = sum(t - self.first.get(pid, 0) for pid, t in self.last.items())
-        by_process: dict[str, float] = {}
-        for pid, kib in self.hwm.items():
-            name = f"{_command_name(pid)}[{pid}]"
-            by_process[name] = round(kib / 1024, 1)
-        return {"cpu_seconds": ticks / CLK_TCK, "peak_rss_mib": sum(self.hwm.values()) / 1024,
+        lasting = {pid: kib for pid, kib in self.hwm.items() if self.seen.get(pid, 0) >= 2}
+        by_process = {f"{_command_name(pid)}[{pid}]": round(kib / 1024, 1) for pid, kib in lasting.items()}
+        transient = {f"{_command_name(pid)}[{pid}]": round(kib / 1024, 1) for pid, kib in self.hwm.items()
+                     if pid not in lasting and kib}
+        return {"cpu_seconds": ticks / CLK_TCK, "peak_rss_mib": sum(lasting.values()) / 1024,
                 "peak_rss_sampled_mib": self.rss_peak / 1024, "processes": len(self.last),
-                "peak_rss_by_process_mib": by_process,
+                "peak_rss_by_process_mib": by_process, "peak_rss_transient_mib": transient,
                 "monitored_seconds": time.monotonic() - self.started}
 
 
