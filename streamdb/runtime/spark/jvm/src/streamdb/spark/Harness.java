@@ -4,10 +4,12 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import org.apache.spark.sql.Row;
 
 /**
  * The operators without Spark, over state in hash maps: tests drive random changes through them
@@ -25,7 +27,7 @@ public final class Harness {
 
   /** One batch: records as a JSON list of [op, side, k, row, row2, a, w]; returns the output likewise. */
   public String batch(String recordsJson) throws Exception {
-    Map<String, List<Rec>> byKey = new LinkedHashMap<>();
+    List<Row> rows = new ArrayList<>();
     for (JsonNode n : JSON.readTree(recordsJson)) {
       String[] a = null;
       if (!n.get(5).isNull()) {
@@ -34,8 +36,13 @@ public final class Harness {
           a[i] = n.get(5).get(i).isNull() ? null : n.get(5).get(i).asText();
         }
       }
-      Rec r = new Rec(n.get(0).asInt(), n.get(1).asInt(), n.get(2).isNull() ? "" : n.get(2).asText(),
-                      text(n.get(3)), text(n.get(4)), a, n.get(6).asLong());
+      rows.add(new Rec(n.get(0).asInt(), n.get(1).asInt(), n.get(2).isNull() ? "" : n.get(2).asText(),
+                       text(n.get(3)), text(n.get(4)), a, n.get(6).asLong()).toRow());
+    }
+    // Through the combiner as in the pipeline (Layers.layer), flushing every 3 groups to test that too.
+    Map<String, List<Rec>> byKey = new LinkedHashMap<>();
+    for (Iterator<Row> it = new Combiner(rows.iterator(), 3); it.hasNext(); ) {
+      Rec r = Rec.of(it.next());
       byKey.computeIfAbsent(r.op + "\u0000" + r.k, x -> new ArrayList<>()).add(r);
     }
     ArrayNode out = JSON.createArrayNode();

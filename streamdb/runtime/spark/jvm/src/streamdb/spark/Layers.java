@@ -1,6 +1,7 @@
 package streamdb.spark;
 
 import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -31,7 +32,8 @@ public final class Layers {
   /** The layer's output changes: `records` (in RECORD's columns) through the operators of `spec`. */
   public static Dataset<Row> layer(Dataset<Row> records, String spec) {
     Spec.parse(spec);  // a bad spec fails here, on the driver, not in a task
-    Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w");
+    Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w")
+        .mapPartitions((MapPartitionsFunction<Row, Row>) Combiner::new, Encoders.row(RECORD));
     return input
         .groupByKey((MapFunction<Row, Row>) r -> RowFactory.create(r.getInt(0), r.isNullAt(2) ? "" : r.getString(2)),
                     Encoders.row(KEY))
