@@ -282,6 +282,36 @@ def test_constant_views_append_only_tables_and_failing_views(conn, unique):
     conn.execute(f"DROP MATERIALIZED VIEW {c}")
 
 
+def test_a_failing_cast_fails_its_view_only(conn, unique):
+    """A cast Spark cannot do on one row is that view's error (22P02, Postgres's message), as a
+    division by zero is: the other views of its pipeline go on, and deleting the row heals it."""
+    t = f"raw_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, s TEXT, big BIGINT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, '10', 1), (2, '20', 2)")
+    cast, narrow, other = f"cast_{unique}", f"narrow_{unique}", f"other_{unique}"
+    conn.execute(f"CREATE MATERIALIZED VIEW {cast} AS SELECT id, s::int + 1 AS n FROM {t}")
+    conn.execute(f"CREATE MATERIALIZED VIEW {narrow} AS SELECT id, big::int AS i FROM {t}")
+    conn.execute(f"CREATE MATERIALIZED VIEW {other} AS SELECT id, length(s) AS l FROM {t}")
+    conn.execute(f"INSERT INTO {t} VALUES (3, 'abc', 3), (4, '4', 10000000000)")
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation) as info:
+        conn.execute(f"FLUSH {cast}")
+    assert 'invalid input syntax for type integer: "abc"' in str(info.value)
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        conn.execute(f"SELECT * FROM {cast}")
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        conn.execute(f"SELECT * FROM {narrow}")
+    conn.execute(f"FLUSH {other}")
+    assert sorted(conn.execute(f"SELECT * FROM {other}").fetchall()) == [(1, 2), (2, 2), (3, 3), (4, 1)]
+    status = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert status[cast][2] == "failed" and status[narrow][2] == "failed"
+    assert status[other][2] == "running (incremental)"
+    conn.execute(f"DELETE FROM {t} WHERE id >= 3")
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT * FROM {cast}").fetchall()) == [(1, 11), (2, 21)]
+    assert sorted(conn.execute(f"SELECT * FROM {narrow}").fetchall()) == [(1, 1), (2, 2)]
+    conn.execute(f"DROP TABLE {t} CASCADE")
+
+
 def test_create_stream_and_table_as_select(conn, unique):
     src = f"pv_{unique}"
     conn.execute(f"CREATE STREAM {src} (user_id INT, page TEXT, ms INT)")

@@ -431,6 +431,7 @@ class PipelineManager:
             st.error, st.error_sqlstate = message, sqlstate
         else:
             st.error, st.error_sqlstate = None, None
+        st.error_in_rows = bool(live)
 
     def _weights(self, view: RelationDef, table: pa.Table | None) -> Counter[tuple[Any, ...]]:
         weights: Counter[tuple[Any, ...]] = Counter()
@@ -526,6 +527,7 @@ class PipelineManager:
         for vid in running.views:
             st = self.maintainer.status_of(vid)
             st.error, st.error_sqlstate = error.message, error.sqlstate
+            st.error_in_rows = False
         log.warning("pipeline depth-%d failed (retry in %.0fs): %s", depth, delay, error.message)
         self.maintainer.progressed(wake=True)
 

@@ -90,6 +90,9 @@ class ViewStatus:
     last_epoch_at: float | None = None
     error: str | None = None
     error_sqlstate: str | None = None
+    # The error is in the view's rows (a pipeline view's error arm: a division by zero, a bad
+    # cast), so the view still advances and a retraction can heal it; else maintenance is stuck.
+    error_in_rows: bool = False
     processed: dict[int, tuple[int, ...]] = field(default_factory=dict)
     incremental: bool = False
     # Maintained from stored partial aggregates (True), by recomputation (False), or not yet decided.
@@ -969,15 +972,9 @@ class ViewMaintainer:
                         done_at[v.id] = ()
                         continue
                     st = self.status.get(v.id)
-                    if st is not None and st.error is not None:
+                    if st is not None and st.error is not None and not st.error_in_rows:
                         # A failed view cannot catch up; say so, and do not hold up the others.
-                        error = self.read_error(v.id)
-                        if error is not None:
-                            failing.append(error)
-                        notices.append(Notice(f'materialized view "{v.name}" is failing and was not '
-                                              f"brought up to date: {st.error}", severity="WARNING",
-                                              sqlstate=st.error_sqlstate or "XX000",
-                                              hint="SHOW QUERIES shows the error of each view."))
+                        self._report_failing(v, st, failing, notices, brought_up=False)
                         done_at[v.id] = self.engine.reader.end_offsets(v, snap)
                         continue
                     target: dict[int, tuple[int, ...]] = {}
@@ -993,6 +990,8 @@ class ViewMaintainer:
                             ready = False
                     if ready and st is not None and st.epochs > 0 and _reached(st.processed, target):
                         done_at[v.id] = self.engine.reader.end_offsets(v, snap)
+                        if st.error is not None:  # errors in its rows as of the flushed input
+                            self._report_failing(v, st, failing, notices, brought_up=True)
                     else:
                         pending.append(v)
             if not pending:
@@ -1007,6 +1006,16 @@ class ViewMaintainer:
                     await asyncio.wait_for(self._progress.wait(), timeout=min(remaining, 1.0))
                 except TimeoutError:
                     self._wake.set()
+
+    def _report_failing(self, v: RelationDef, st: ViewStatus, failing: list[StreamDBError],
+                        notices: list[Notice], brought_up: bool) -> None:
+        error = self.read_error(v.id)
+        if error is not None:
+            failing.append(error)
+        what = "holds errors" if brought_up else "is failing and was not brought up to date"
+        notices.append(Notice(f'materialized view "{v.name}" {what}: {st.error}', severity="WARNING",
+                              sqlstate=st.error_sqlstate or "XX000",
+                              hint="SHOW QUERIES shows the error of each view."))
 
 
 def _reached(processed: dict[int, tuple[int, ...]], target: dict[int, tuple[int, ...]]) -> bool:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
+from streamdb import types as T
 from streamdb.catalog import RelationDef
 from streamdb.errors import FeatureNotSupported, InternalError, StreamDBError
 from streamdb.planner import dataflow as D
@@ -301,11 +302,11 @@ class _Compiler:
             self.layer_ops[layer][pid] = _Op(pid, "pass")
         return self.err_pass[key]
 
-    def _error_arm(self, v: ViewFlow, b: int, cond: str, message: str, w: str) -> _Arm:
+    def _error_arm(self, v: ViewFlow, b: int, cond: str, text: str, w: str) -> _Arm:
         """Rows that would raise an error in the view's expressions: they become the view's errors
-        (with their weights, so a retraction takes an error back), not a failure of the pipeline."""
+        (with their weights, so a retraction takes an error back), not a failure of the pipeline.
+        `text`: Spark SQL giving 'SQLSTATE:message' (or the carried error)."""
         arm = _Arm(v, ("error", v.view_id), 0, cond)
-        text = f"'{_esc(message)}'"
         if b == self.depth:
             arm.fields.update({"__view": str(v.view_id), "__w": w, "__err": text})
         else:
@@ -369,7 +370,7 @@ class _Compiler:
                     arms.append(self._pass_arm(v, pid, frontier, b, decode))
             carried = self.err_pass.get((v.view_id, b))
             if carried is not None:  # errors from below go on up
-                arms.append(self._error_arm(v, b, f"op = {carried}", "", "w"))
+                arms.append(self._error_arm(v, b, f"op = {carried}", "''", "w"))
                 arms[-1].fields["__err" if b == self.depth else "k"] = "k"
         arms.extend(self._errors)
         self._errors = []
@@ -493,11 +494,11 @@ class _Compiler:
                 value(f"k{i}", k)
         arm.fields["w"] = "__w" if isinstance(p.frontier, D.Scan) and b == 0 else "w"
         asts = [*p.exprs, *(substitute(e, defs) for e in _value_asts(consumer, side))]
-        err = _division_errors(p.cond, asts, names)
+        err = _row_errors(p.cond, asts, names)
         if err is not None:
-            arm.cond = f"{cond} AND NOT ({err})" + "".join(f" AND ({render(c, names)})" for c in p.cond)
-            self._errors.append(self._error_arm(v, b, f"{cond} AND ({err})", "22012:division by zero",
-                                                arm.fields["w"]))
+            failing, text = err
+            arm.cond = f"{cond} AND NOT ({failing})" + "".join(f" AND ({render(c, names)})" for c in p.cond)
+            self._errors.append(self._error_arm(v, b, f"{cond} AND ({failing})", text, arm.fields["w"]))
         return arm
 
     def _seed_arm(self, v: ViewFlow, consumer: Any, b: int) -> _Arm:
@@ -676,22 +677,77 @@ def _divisors(e: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def _division_errors(conds: list[exp.Expression], values: list[exp.Expression], names: dict[str, str]) -> str | None:
-    """When a row divides by zero (Postgres: 22012): a condition over the frontier's columns, true for
-    the rows whose filters before the division pass and whose divisor is 0 (None: no division)."""
-    terms = []
+def _casts(e: exp.Expression) -> list[exp.Cast]:
+    """Casts in `e` that are always evaluated and can fail on a row's value: to anything but text,
+    from text (or a type not known here) or from a number (a narrower one)."""
+    out = []
+    for node in e.walk():
+        if not isinstance(node, exp.Cast) or isinstance(node, exp.TryCast) or node.to.is_type(*_TEXT_TYPES) \
+                or isinstance(node.this, (exp.Literal, exp.Null)):
+            continue
+        source = node.this.type
+        if source is not None and not source.is_type(exp.DataType.Type.UNKNOWN, *_TEXT_TYPES) \
+                and not _may_overflow(source, node.to):
+            continue  # e.g. a timestamp to timestamptz, an int to a double: cannot fail
+        p = node.parent
+        while p is not None and not isinstance(p, _CONDITIONAL):
+            p = p.parent
+        if p is None:
+            out.append(node)
+    return out
+
+
+_TEXT_TYPES = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR)
+_INTEGER_WIDTH = {exp.DataType.Type.TINYINT: 1, exp.DataType.Type.SMALLINT: 2, exp.DataType.Type.INT: 3,
+                  exp.DataType.Type.BIGINT: 4}
+
+
+def _may_overflow(source: exp.DataType, target: exp.DataType) -> bool:
+    """Whether a number of type `source` may not fit `target`: a narrower integer, an integer
+    from a fraction or a decimal, or a decimal with a precision."""
+    if not source.is_type(*exp.DataType.NUMERIC_TYPES) or not target.is_type(*exp.DataType.NUMERIC_TYPES):
+        return False
+    if target.this in _INTEGER_WIDTH:
+        return _INTEGER_WIDTH.get(source.this, 99) > _INTEGER_WIDTH[target.this]
+    return target.is_type(exp.DataType.Type.DECIMAL) and bool(target.expressions)
+
+
+def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]:
+    """What makes `e` raise on a row, as (Spark SQL condition, Spark SQL 'SQLSTATE:message'): a zero
+    divisor (Postgres: 22012), a cast Spark cannot do (22P02 for text input, 22003 for a number out
+    of the target's range). The conditions use TRY_CAST, which gives NULL where CAST raises."""
+    out = [(f"({render(d, names)}) = 0", "'22012:division by zero'") for d in _divisors(e)]
+    for cast in _casts(e):
+        src = render(cast.this, names)
+        cast_sql = render(cast, names)
+        if not cast_sql.upper().startswith("CAST("):
+            continue  # rendered as something else (a Spark function): its errors still fail the pipeline
+        tried = "TRY_" + cast_sql  # sqlglot writes exp.TryCast as a plain CAST for Spark
+        spelled = cast.to.sql(dialect="postgres").lower()
+        known = T.type_from_name(spelled)
+        name = _esc(known.spelled() if known is not None else spelled)
+        message = (f"CASE WHEN typeof({src}) = 'string' THEN concat('22P02:invalid input syntax for type {name}: \"', "
+                   f"CAST({src} AS STRING), '\"') ELSE '22003:{name} out of range' END")
+        out.append((f"(({src}) IS NOT NULL AND ({tried}) IS NULL)", message))
+    return out
+
+
+def _row_errors(conds: list[exp.Expression], values: list[exp.Expression],
+                names: dict[str, str]) -> tuple[str, str] | None:
+    """When a row of a path would raise an error, as Postgres would: (a condition over the
+    frontier's columns, true for the rows whose filters before the failing expression pass and that
+    fail it; the error's 'SQLSTATE:message' as Spark SQL). None: nothing on the path can fail."""
+    terms: list[tuple[str, str]] = []
     for i, c in enumerate(conds):
-        zero = [f"({render(d, names)}) = 0" for d in _divisors(c)]
-        if zero:
-            before = [f"({render(x, names)})" for x in conds[:i]]
-            terms.append(" AND ".join([*before, "(" + " OR ".join(zero) + ")"]))
-    zero = [f"({render(d, names)}) = 0" for v in values for d in _divisors(v)]
-    if zero:
-        before = [f"({render(x, names)})" for x in conds]
-        terms.append(" AND ".join([*before, "(" + " OR ".join(zero) + ")"]))
+        before = [f"({render(x, names)})" for x in conds[:i]]
+        terms += [(" AND ".join([*before, f]), m) for f, m in _failures(c, names)]
+    before = [f"({render(x, names)})" for x in conds]
+    terms += [(" AND ".join([*before, f]), m) for v in values for f, m in _failures(v, names)]
     if not terms:
         return None
-    return "coalesce(" + " OR ".join(f"({t})" for t in terms) + ", false)"
+    failing = "coalesce(" + " OR ".join(f"({t})" for t, _ in terms) + ", false)"
+    text = "CASE " + " ".join(f"WHEN coalesce({t}, false) THEN {m}" for t, m in terms) + " END"
+    return failing, text
 
 
 def _needs_seed(n: D.Node) -> bool:
