@@ -38,6 +38,8 @@ VIEWS = {
     "join": "SELECT s.k, t.grp, s.v + t.v AS both_v FROM {s} s JOIN {t} t ON t.id = s.k",
     "left_join": "SELECT s.k, t.grp FROM {s} s LEFT JOIN {t} t ON t.id = s.k",
     "full_join": "SELECT s.k AS sk, t.id AS tid FROM {s} s FULL JOIN {t} t ON t.id = s.k",
+    # a comma join: WHERE's equality becomes the join key (not a cross product)
+    "comma_join": "SELECT s.k, t.grp, s.v FROM {s} s, {t} t WHERE t.id = s.k AND s.v > 2",
     "join_agg": "SELECT t.grp, count(*) AS n, sum(s.v) AS total FROM {s} s JOIN {t} t ON t.id = s.k GROUP BY t.grp",
     "union_all": "SELECT k AS x FROM {s} UNION ALL SELECT id AS x FROM {t}",
     # more than 16 views in one level: their Spark work goes in several concurrent jobs

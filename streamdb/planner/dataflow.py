@@ -532,7 +532,10 @@ class Lowering:
         node, env = self.from_clause(s)
         where = s.args.get("where")
         if where is not None:
-            node = Filter(node.columns, node, self.rewrite(where.this, env))
+            node, rest = _equalities_to_keys(node, [self.rewrite(c, env) for c in _conjuncts(where.this)])
+            pred = _and(rest)
+            if pred is not None:
+                node = Filter(node.columns, node, pred)
         exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in s.expressions]
         names = [e.alias_or_name for e in s.expressions]
         having = s.args.get("having")
@@ -763,6 +766,35 @@ class Lowering:
 
         query = query.transform(fix)
         return Recompute(tuple(self.fresh() for _ in s.expressions), node, tuple(partition), query, why)
+
+
+def _equalities_to_keys(node: Node, conjuncts: list[exp.Expression]) -> tuple[Node, list[exp.Expression]]:
+    """WHERE's equalities between the two sides of an inner join become the join's keys, as if
+    written in its ON (`FROM a, b WHERE a.id = b.a_id` is an equi-join indexed by key, not a cross
+    product filtered afterwards); nested inner joins take the ones over their own sides first.
+    Returns the join and the conjuncts left for a filter above it."""
+    if not isinstance(node, Join) or node.kind != "inner":
+        return node, conjuncts
+    left, conjuncts = _equalities_to_keys(node.left, conjuncts)
+    right, conjuncts = _equalities_to_keys(node.right, conjuncts)
+    left_cols, right_cols = set(left.columns), set(right.columns)
+    lkeys, rkeys, rest = list(node.left_keys), list(node.right_keys), []
+    for c in conjuncts:
+        if isinstance(c, exp.EQ):
+            a = {x.name for x in c.this.find_all(exp.Column)}
+            b = {x.name for x in c.expression.find_all(exp.Column)}
+            if a and b and a <= left_cols and b <= right_cols:
+                lkeys.append(c.this)
+                rkeys.append(c.expression)
+                continue
+            if a and b and a <= right_cols and b <= left_cols:
+                lkeys.append(c.expression)
+                rkeys.append(c.this)
+                continue
+        rest.append(c)
+    if left is node.left and right is node.right and len(lkeys) == len(node.left_keys):
+        return node, rest
+    return Join(node.columns, left, right, node.kind, tuple(lkeys), tuple(rkeys)), rest
 
 
 def _ancestors(n: exp.Expression, stop: exp.Expression) -> list[Any]:
