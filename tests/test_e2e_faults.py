@@ -6,6 +6,7 @@ Figures (acknowledged rows, missing, duplicates, seconds to converge) go to test
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import tempfile
 import time
@@ -27,7 +28,7 @@ GROUP_COUNTS = sorted(Counter([1, 1, 2, *(i % 3 for i in range(10, 30)), 2, 3, 3
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # ~2 min on 2 busy cores: each restart waits for Spark again
+@pytest.mark.timeout(900)  # ~3 min on 2 busy cores: each restart waits for Spark again
 def test_kill_9_cycles_lose_nothing_duplicate_nothing_and_views_converge(fresh_server):
     with tempfile.TemporaryDirectory(prefix="streamdb-acks-") as acks:
         # 3 cycles here (make test's time); `make soak` runs 50.
@@ -45,6 +46,30 @@ def test_kill_9_cycles_lose_nothing_duplicate_nothing_and_views_converge(fresh_s
     assert figures.views_not_converged == 0, summary
     assert all(n > 0 for n in figures.view_rows.values()), summary  # closed windows too: the run outlasts 30 s
     assert len(figures.converge_seconds) == 3 and max(figures.converge_seconds) < 60
+    # Then the Spark JVM dies under the running server: it starts a new one, the pipelines restart
+    # from their checkpoints and take in what was written meanwhile (on the same server, to spare
+    # make test another Spark start).
+    kill_spark_jvm(fresh_server)
+    with fresh_server.connect() as c:
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)  # the writers' clock: not late
+        c.execute("INSERT INTO ev SELECT 10000000 + i, i %% 5, i, %s FROM generate_series(1, 40) AS i", (now,))
+    assert wait_until_converged(fresh_server, timeout=180) is not None
+    with fresh_server.connect() as c:
+        assert {r[2] for r in c.execute("SHOW QUERIES").fetchall()} == {"running (incremental)"}
+    assert fresh_server.log_path.read_text(errors="replace").count("the Spark JVM exited") == 1
+
+
+def kill_spark_jvm(server: ServerProcess) -> None:
+    """kill -9 the server's Spark JVM (its only java child), as the JVM ends itself on an
+    OutOfMemoryError."""
+    import os
+    import signal
+
+    assert server.proc is not None
+    children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()
+    jvms = [int(p) for p in children if Path(f"/proc/{p}/comm").read_text().strip() == "java"]
+    assert len(jvms) == 1, children
+    os.kill(jvms[0], signal.SIGKILL)
 
 
 @pytest.fixture()

@@ -176,6 +176,9 @@ class PipelineManager:
         from streamdb.runtime.views import topological
 
         spark = self.engine.spark
+        if spark is not None and spark.revive_if_dead():
+            for dead in self._running.values():  # their queries died with the JVM: restart them
+                dead.retry_at = time.monotonic()
         if spark is None or spark.status != "ready":
             return
         with self._sync_lock:

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -326,6 +327,8 @@ class SparkRuntime:
         self._query_seconds = 0.0
         self._last_query_seconds: float | None = None
         self._active = 0
+        self.jvm_restarts = 0  # JVMs that exited under the server and were replaced
+        self.last_jvm_exit: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -483,7 +486,8 @@ class SparkRuntime:
         try:
             # Launch the JVM first and alone: a launch while the embedded engine's threads start
             # has been seen to make the JVM exit at once (JAVA_GATEWAY_EXITED).
-            SparkContext._ensure_initialized(conf=conf)
+            with _spawn_without_preexec():
+                SparkContext._ensure_initialized(conf=conf)
         finally:
             self.gateway_launched.set()
         builder = SparkSession.builder.master(self.master).appName(self.app_name)
@@ -522,6 +526,26 @@ class SparkRuntime:
                 hint="Retry in a few seconds.",
             )
         raise ObjectNotInPrerequisiteState("the Spark runtime is not running")
+
+    def revive_if_dead(self) -> bool:
+        """If the Spark JVM has exited under a ready session (killed, or out of memory: Spark's
+        handler ends the JVM on an OutOfMemoryError), forget that session and start a new JVM in
+        the background. Returns whether it did; the pipelines restart once it is ready."""
+        with self._lock:
+            spark = self._spark
+            if self._status != READY or spark is None:
+                return False
+            proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+            if proc is None or proc.poll() is None:
+                return False
+            self._spark = None
+            self._status = STOPPED
+            self.jvm_restarts += 1
+            self.last_jvm_exit = f"the Spark JVM exited with code {proc.returncode}"
+        log.error("%s (see the log above: out of memory?); starting a new one", self.last_jvm_exit)
+        _forget_dead_session()
+        self.start_background()
+        return True
 
     def stop(self) -> None:
         """Stop the SparkSession. Idempotent; bounded (does not hang for more than ~15 s)."""
@@ -702,6 +726,44 @@ def _quiet_pyspark_loggers() -> None:
         return
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 10)
+
+
+@contextlib.contextmanager
+def _spawn_without_preexec() -> Iterator[None]:
+    """pyspark starts the JVM with a Python preexec_fn (to ignore SIGINT), which runs Python code
+    in the forked child: in a process full of native threads (RocksDB, DuckDB: a JVM started again
+    after one died) that child can die before exec. Start it in its own process group instead
+    (terminal Ctrl-C does not reach it either), which the C fork/exec path does safely."""
+    import subprocess
+
+    import pyspark.java_gateway as gateway
+
+    original = gateway.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.pop("preexec_fn", None) is not None:
+            kwargs["process_group"] = 0
+        return subprocess.Popen(*args, **kwargs)
+
+    gateway.Popen = popen  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        gateway.Popen = original  # type: ignore[misc]
+
+
+def _forget_dead_session() -> None:
+    """pyspark keeps the active SparkContext and session in class attributes, and getOrCreate()
+    would hand back the dead one: clear them (stopping it is impossible: its JVM is gone)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with SparkContext._lock:
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
 
 
 def _wait_jvm_exit(proc: Any) -> None:
