@@ -780,7 +780,7 @@ def _equalities_to_keys(node: Node, conjuncts: list[exp.Expression]) -> tuple[No
     left_cols, right_cols = set(left.columns), set(right.columns)
     lkeys, rkeys, rest = list(node.left_keys), list(node.right_keys), []
     for c in conjuncts:
-        if isinstance(c, exp.EQ):
+        if isinstance(c, exp.EQ) and _same_key_type(c.this, c.expression):
             a = {x.name for x in c.this.find_all(exp.Column)}
             b = {x.name for x in c.expression.find_all(exp.Column)}
             if a and b and a <= left_cols and b <= right_cols:
@@ -795,6 +795,17 @@ def _equalities_to_keys(node: Node, conjuncts: list[exp.Expression]) -> tuple[No
     if left is node.left and right is node.right and len(lkeys) == len(node.left_keys):
         return node, rest
     return Join(node.columns, left, right, node.kind, tuple(lkeys), tuple(rkeys)), rest
+
+
+def _same_key_type(a: exp.Expression, b: exp.Expression) -> bool:
+    """Whether two sides of an equality compare alike as join keys (keys match by their encoded
+    values, so an integer 1 and a numeric 1.0 would not): the same type, or both integers. Other
+    equalities of WHERE stay a filter, with SQL's comparison."""
+    ta, tb = a.type, b.type
+    if ta is None or tb is None or ta.is_type(exp.DataType.Type.UNKNOWN) or tb.is_type(exp.DataType.Type.UNKNOWN):
+        return False
+    integers = exp.DataType.INTEGER_TYPES
+    return ta.this == tb.this or (ta.is_type(*integers) and tb.is_type(*integers))
 
 
 def _ancestors(n: exp.Expression, stop: exp.Expression) -> list[Any]:
