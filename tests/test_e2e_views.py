@@ -201,8 +201,8 @@ def killable_views():
         yield srv, t, s, names
 
 
-# One example a run, killing the server once or twice (each restart waits ~15-40 s for Spark):
-# make test's time. Each run draws other changes; `make soak` style runs can raise max_examples.
+# One example a run (make test's time), killing the server once or twice (each restart waits
+# ~15-40 s for Spark); each run draws other changes.
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(rounds=st.lists(st.tuples(st.lists(op, min_size=1, max_size=15), st.booleans()), min_size=1, max_size=2))
