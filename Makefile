@@ -9,6 +9,7 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 	@scripts/ensure-java.sh
 	@$(BIN)/python -c "from streamdb.runtime.spark.jvm import jar_path; jar_path()"
+	@$(BIN)/python -m streamdb.runtime.spark.cds
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "StreamDB needs Python 3.11 or newer")'
