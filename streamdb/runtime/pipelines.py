@@ -42,6 +42,7 @@ from streamdb.planner import dataflow as D
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.runtime import changes as C
+from streamdb.runtime.reader import LOG_FROM
 from streamdb.storage.base import Append, Commit, LogReaderSpec, partials_store, state_store
 
 if TYPE_CHECKING:
@@ -88,17 +89,21 @@ class _ViewState:
     done: bool = False
     reset: bool = False
     closed_until: int | None = None  # EMIT ON WINDOW CLOSE: rows closing by here (µs) are out
+    # An append-only view is kept as its change log alone: its rows are the log's changes from
+    # this offset on (reader.LOG_FROM), with no per-row state. None: rows in its state store.
+    log_from: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"depth": self.depth, "gen": self.gen, "ops_base": self.ops_base,
                 "joins": {str(k): list(v) for k, v in self.joins.items()}, "fp": self.fp, "batch": self.batch,
-                "done": self.done, "reset": self.reset, "closed_until": self.closed_until}
+                "done": self.done, "reset": self.reset, "closed_until": self.closed_until,
+                LOG_FROM: self.log_from}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> _ViewState:
         return _ViewState(d["depth"], d["gen"], d["ops_base"], {int(k): tuple(v) for k, v in d["joins"].items()},
                           d["fp"], d.get("batch", -1), d.get("done", False), d.get("reset", False),
-                          d.get("closed_until"))
+                          d.get("closed_until"), d.get(LOG_FROM))
 
 
 @dataclass(frozen=True)
@@ -254,12 +259,10 @@ class PipelineManager:
                              for rid in df.relations()
                              if (rel := catalog.by_id(rid)) is not None
                              for ends in [engine.reader.end_offsets(rel, snap)]}
-                    had_rows = any(True for _ in snap.scan(state_store(vid)))
+                    retracted = self._retract_all(view, state, snap, commit, now)
+                    log_from = snap.end_offset(vid, 0) + retracted if self._log_only(view, df) else None
                     state = _ViewState(depth, gen, vid * OPS_PER_VIEW + (gen % 16) * 64, joins, fp,
-                                       reset=had_rows)
-                    if had_rows:
-                        self._retract_all(view, snap, commit, now)
-                        state.reset = False
+                                       log_from=log_from)
                     for open_key, _ in snap.scan(partials_store(vid), _OPEN):
                         commit.deletes.append((partials_store(vid), open_key))
                     commit.deletes.append((META, f"view-errors:{vid}".encode()))  # recomputed too
@@ -322,8 +325,17 @@ class PipelineManager:
             meta.update(progress)
         commit.puts.append((META, key, json.dumps(meta).encode()))
 
-    def _retract_all(self, view: RelationDef, snap: Any, commit: Commit, now: dt.datetime) -> None:
-        """A view rebuilt from scratch first takes back every row it holds."""
+    @staticmethod
+    def _log_only(view: RelationDef, dataflow: D.Dataflow) -> bool:
+        """Whether the view is kept as its change log alone: its rows only ever come (a filter or
+        projection of streams, an inner join of streams), so the log is its contents and a batch
+        is appended as Spark gives it, with no per-row lookups or state (see docs/views.md)."""
+        return D.append_only(dataflow.root) and dict(view.extra).get("eowc_input") is None
+
+    def _retract_all(self, view: RelationDef, state: _ViewState | None, snap: Any, commit: Commit,
+                     now: dt.datetime) -> int:
+        """A view rebuilt from scratch first takes back every row it holds (in its state store, or
+        in its log from `log_from` on). Returns how many changes that appends to its log."""
         rows, counts, keys = [], [], []
         for key, value in snap.scan(state_store(view.id)):
             row, n = C.decode_view_row(value)
@@ -331,9 +343,42 @@ class PipelineManager:
             counts.append(-n)
             keys.append(key)
             commit.deletes.append((state_store(view.id), key))
+        appended = 0
         if rows:
             payload = C.encode_batch(view, rows, [now] * len(rows), counts, keys)
             commit.appends.append(Append(view.id, 0, payload, len(rows)))
+            appended += len(rows)
+        if state is not None and state.log_from is not None:
+            start, end = state.log_from, snap.end_offset(view.id, 0)
+            for first, count, payload in snap.read(view.id, 0, start, end):
+                batch = C.decode_batch(payload)
+                lo, hi = max(start - first, 0), min(end - first, count)
+                if hi <= lo:
+                    continue
+                batch = batch.slice(lo, hi - lo)
+                weights = pc.negate(batch.column(C.WEIGHT))
+                batch = batch.set_column(batch.schema.get_field_index(C.WEIGHT), C.WEIGHT, weights)
+                batch = batch.set_column(batch.schema.get_field_index(C.ROWTIME), C.ROWTIME,
+                                         pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), batch.num_rows))
+                commit.appends.append(Append(view.id, 0, C.encode_table(batch), batch.num_rows))
+                appended += batch.num_rows
+        return appended
+
+    def release(self, view: RelationDef) -> None:
+        """The epoch driver takes over a view kept as its change log alone (its strategy is no
+        longer a pipeline, after an upgrade say): its rows are retracted and its progress reset,
+        so the driver rebuilds it from scratch in its state store, the form it maintains."""
+        with self._commit_lock:
+            commit = Commit()
+            with self.engine.storage.snapshot() as snap:
+                state = self._load_state(view.id, snap)
+                self._retract_all(view, state, snap, commit, dt.datetime.now(dt.UTC))
+                commit.puts.append((META, f"view:{view.id}".encode(), json.dumps({"inputs": {}, "epoch": 0}).encode()))
+            self.engine.storage.commit(commit)
+            self._states.pop(view.id, None)
+        st = self.maintainer.status_of(view.id)
+        st.processed, st.epochs, st.partials = {}, 0, None
+        log.info("view %s: kept as its log until now; rebuilt by the epoch driver", view.name)
 
     # ---- batches --------------------------------------------------------------------------------
 
@@ -364,11 +409,15 @@ class PipelineManager:
                         continue  # dropped, or this batch is a replay it already reflects
                     closed_until = state.closed_until
                     spec = self._closing.get(vid)
-                    if spec is None:
-                        weights = self._weights(view, tables.get(vid))
+                    if state.log_from is not None:
+                        changed |= self._append_rows(view, tables.get(vid), commit, now) > 0
                     else:
-                        weights, closed_until = self._emit_on_close(view, spec, state, tables.get(vid), snap, commit)
-                    changed |= stage_changes(view, snap, weights, commit, now) > 0
+                        if spec is None:
+                            weights = self._weights(view, tables.get(vid))
+                        else:
+                            weights, closed_until = self._emit_on_close(view, spec, state, tables.get(vid), snap,
+                                                                        commit)
+                        changed |= stage_changes(view, snap, weights, commit, now) > 0
                     if vid in errors:
                         self._stage_errors(vid, errors[vid], snap, commit)
                     done = state.done or backfill_done(offsets, vid)
@@ -378,7 +427,7 @@ class PipelineManager:
                     if done:
                         progress["inputs"] = {str(k): list(v) for k, v in processed.items()}
                     new_state = _ViewState(state.depth, state.gen, state.ops_base, state.joins, state.fp, batch_id,
-                                           done, closed_until=closed_until)
+                                           done, closed_until=closed_until, log_from=state.log_from)
                     self._stage_state(vid, new_state, snap, commit, progress)
                     applied.append((vid, done, processed, closed_until))
             if not applied:
@@ -435,6 +484,15 @@ class PipelineManager:
         else:
             st.error, st.error_sqlstate = None, None
         st.error_in_rows = bool(live)
+
+    def _append_rows(self, view: RelationDef, table: pa.Table | None, commit: Commit, now: dt.datetime) -> int:
+        """An append-only view's batch: Spark's rows go to its log as one change batch."""
+        if table is None or table.num_rows == 0:
+            return 0
+        batch = self.maintainer.log_batch(table, view, now)
+        if batch.num_rows:
+            commit.appends.append(Append(view.id, 0, C.encode_table(batch), batch.num_rows))
+        return batch.num_rows
 
     def _weights(self, view: RelationDef, table: pa.Table | None) -> Counter[tuple[Any, ...]]:
         weights: Counter[tuple[Any, ...]] = Counter()

@@ -17,12 +17,26 @@ import pyarrow.compute as pc
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
+from streamdb.errors import InternalError
 from streamdb.runtime import changes as C
 from streamdb.storage.base import Snapshot, Storage
+
+LOG_FROM = "log_from"  # in a view's stored progress: kept as its change log from this offset on
 
 
 def state_store(rel_id: int) -> str:
     return f"state:{rel_id}"
+
+
+def log_only_from(snap: Snapshot, view_id: int) -> int | None:
+    """The offset from which an append-only view's change log is its contents (its pipeline keeps
+    no per-row state for it: runtime/pipelines.py), or None for a view kept in its state store."""
+    raw = snap.get("meta", f"view:{view_id}".encode())
+    if not raw:
+        return None
+    stored = json.loads(raw).get("pipeline") or {}
+    value = stored.get(LOG_FROM)
+    return int(value) if value is not None else None
 
 
 class _PartitionCache:
@@ -166,6 +180,11 @@ class RelationReader:
             grown = self._grown_view(rel, snap, cached, offsets)
             if grown is not None:
                 return grown
+        if rel.kind == "materialized_view" and (log_from := log_only_from(snap, rel.id)) is not None:
+            table = self._log_rows(rel, snap, log_from)
+            with self._lock:
+                self._tables[rel.id] = (offsets, table)
+            return table
         rows, keys = [], []
         if rel.kind == "materialized_view":
             for key, value in snap.scan(state_store(rel.id)):
@@ -212,6 +231,17 @@ class RelationReader:
             return None
         return index
 
+    def _log_rows(self, rel: RelationDef, snap: Snapshot, log_from: int) -> pa.Table:
+        """An append-only view's rows: its log's changes from `log_from` on, each as many times
+        as its weight."""
+        cache, end = self._log_partition(rel, snap, 0)
+        names = [*(c.name for c in rel.columns), C.ROWKEY]
+        schema = pa.schema([*(pa.field(c.name, c.type.arrow()) for c in rel.columns), pa.field(C.ROWKEY, pa.binary())])
+        changes = _changes_between(cache, log_from, end)
+        if changes is None:
+            return schema.empty_table()
+        return _repeated(changes, names).cast(schema)
+
     def _grown_view(self, rel: RelationDef, snap: Snapshot, cached: tuple[tuple[int, ...], pa.Table],
                     offsets: tuple[int, ...]) -> pa.Table | None:
         """A view whose changes since the cached table only add rows (a filter over a stream, say)
@@ -219,10 +249,6 @@ class RelationReader:
         done, table = cached
         if len(done) != len(offsets) or any(d > o for d, o in zip(done, offsets, strict=True)):
             return None
-        delta = self.read_delta(rel, snap, done)
-        weights = delta.column(C.WEIGHT).to_pylist()
-        if any(w <= 0 for w in weights):
-            return None  # rows go away: rebuild from the state
         parts = []
         for p in range(rel.partitions):
             cache, end = self._log_partition(rel, snap, p)
@@ -231,9 +257,9 @@ class RelationReader:
                 parts.append(changes)
         if parts:
             log = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-            repeat = [i for i, w in enumerate(weights) for _ in range(w)]
-            added = log.select([*(c.name for c in rel.columns), C.ROWKEY]).take(pa.array(repeat, pa.int64()))
-            added = added.cast(table.schema)
+            if pc.any(pc.less_equal(log.column(C.WEIGHT), 0)).as_py():
+                return None  # rows go away: rebuild from the state
+            added = _repeated(log, [*(c.name for c in rel.columns), C.ROWKEY]).cast(table.schema)
             grown = pa.concat_tables([table, added])
             if grown.num_columns and grown.column(0).num_chunks > 64:
                 grown = grown.combine_chunks()
@@ -274,6 +300,18 @@ class RelationReader:
         cols = [log.column(c.name) for c in rel.columns]
         names = ["op", C.ROWTIME, *(c.name for c in rel.columns)]
         return pa.Table.from_arrays([ops, log.column(C.ROWTIME), *cols], names=names)
+
+
+def _repeated(changes: pa.Table, names: list[str]) -> pa.Table:
+    """Changes that only add rows (weights > 0) as rows: each as many times as its weight."""
+    weights = changes.column(C.WEIGHT)
+    rows = changes.select(names)
+    if pc.all(pc.equal(weights, 1)).as_py() is not False:
+        return rows
+    if pc.any(pc.less_equal(weights, 0)).as_py():
+        raise InternalError("an append-only view's log holds a retraction")
+    repeat = [i for i, w in enumerate(weights.to_pylist()) for _ in range(w)]
+    return rows.take(pa.array(repeat, pa.int64()))
 
 
 class KeyIndex:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from streamdb import metrics as M
@@ -48,7 +49,7 @@ from streamdb.planner.plans import QueryPlan, SubscribePlan
 from streamdb.runtime import changes as C
 from streamdb.runtime.api import Column
 from streamdb.runtime.query import arrow_to_rows, with_planned_columns
-from streamdb.runtime.reader import state_store
+from streamdb.runtime.reader import log_only_from, state_store
 from streamdb.runtime.subscriptions import Subscription
 from streamdb.sql.ast import EmitOnWindowClose
 from streamdb.sql.parser import parse_one
@@ -124,6 +125,15 @@ def _as_is(arrow_type: pa.DataType, t: T.SqlType) -> bool:
     if pa.types.is_date32(arrow_type):
         return t == T.DATE
     return False
+
+
+def _same_values(arrow_type: pa.DataType, t: T.SqlType) -> bool:
+    """Whether a column of this Arrow type holds exactly what a view column of type `t` stores
+    (coerce, _normalize and to_arrow_value would give back the same value for every row)."""
+    if arrow_type != t.arrow():
+        return False
+    return t.max_length is None and t not in (T.JSON, T.JSONB, T.UUID, T.INTERVAL) \
+        and not isinstance(t, T.ArraySqlType)
 
 
 def _normalize(v: Any) -> Any:
@@ -456,11 +466,49 @@ class ViewMaintainer:
             columns.append([_normalize(coerce(v, t, name)) for (v,) in values])
         return list(zip(*columns, strict=True)) if columns else [() for _ in range(table.num_rows)]
 
+    @classmethod
+    def log_batch(cls, table: pa.Table, view: RelationDef, rowtime: dt.datetime) -> pa.Table:
+        """An append-only view's new rows (the table's first columns, weights in its last) as a
+        batch of its change log (changes.batch_schema), built a column at a time. A column whose
+        Arrow type already is the view column's is taken as it is (the values `stage_changes`
+        would store are the same); the others go value by value through the same conversions.
+        Rows with weight 0 are left out; a retraction is an internal error (the view is kept
+        as its log only because its rows never go away). No row keys: no state is keyed by them."""
+        weights = table.column(table.num_columns - 1).cast(pa.int64())
+        if pc.any(pc.less(weights, 0)).as_py():
+            raise InternalError(f'append-only view "{view.name}" received a retraction')
+        if pc.any(pc.equal(weights, 0)).as_py():
+            keep = pc.not_equal(weights, 0)
+            table, weights = table.filter(keep), weights.filter(keep)
+        n = table.num_rows
+        arrays: list[pa.Array | pa.ChunkedArray] = []
+        for i, c in enumerate(view.columns):
+            arr, target = table.column(i), c.type.arrow()
+            if _same_values(arr.type, c.type):
+                arrays.append(arr)
+            elif pa.types.is_integer(arr.type) and pa.types.is_integer(target) \
+                    and _as_is(arr.type, c.type):  # a narrower integer: widening is exact
+                arrays.append(arr.cast(target))
+            else:
+                values = cls.rows_of(table.select([i]), view.with_columns((c,)))
+                arrays.append(pa.array([C.to_arrow_value(v, c.type) for (v,) in values], target))
+        arrays.append(pa.repeat(pa.scalar(rowtime, pa.timestamp("us", tz="UTC")), n))
+        arrays.append(weights)
+        arrays.append(pa.nulls(n, pa.binary()))
+        return pa.Table.from_arrays(arrays, schema=C.batch_schema(view))
+
     def _maintain_level(self, level: list[RelationDef]) -> None:
         """One epoch for views that do not depend on each other: their queries share the
         inputs' DataFrames and run as concurrent jobs in one Spark session."""
         engine = self.engine
         catalog = engine.catalog.snapshot()
+        with engine.storage.snapshot() as snap:
+            kept_as_log = [v for v in level if log_only_from(snap, v.id) is not None]
+        for view in kept_as_log:
+            if self.pipelines.synced_version < 0:
+                level = [v for v in level if v is not view]  # the pipelines may yet own it
+            else:
+                self.pipelines.release(view)
         work: list[_Work] = []
         with engine.storage.snapshot() as snap:
             for view in level:
