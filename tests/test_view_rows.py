@@ -36,6 +36,10 @@ CASES: list[tuple[str, pa.DataType, T.SqlType, list[Any]]] = [
     ("numeric", pa.decimal128(38, 10), T.NUMERIC, [decimal.Decimal("12.5000000000"), None]),
     ("numeric(10,2)", pa.decimal128(10, 2), T.numeric(10, 2), [decimal.Decimal("3.10"), None]),
     ("text from int64", pa.int64(), T.TEXT, [42, None]),
+    ("numeric from decimal(24,3)", pa.decimal128(24, 3), T.NUMERIC,
+     [decimal.Decimal("908.000"), None, decimal.Decimal("-1.500"), decimal.Decimal("0.001")]),
+    ("numeric from decimal(38,12)", pa.decimal128(38, 12), T.NUMERIC,
+     [decimal.Decimal("1.123456789012"), None, decimal.Decimal("2.000000000005")]),
 ]
 
 

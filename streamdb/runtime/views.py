@@ -136,6 +136,21 @@ def _same_values(arrow_type: pa.DataType, t: T.SqlType) -> bool:
         and not isinstance(t, T.ArraySqlType)
 
 
+def _exact_decimal(arr: pa.ChunkedArray, t: T.SqlType) -> pa.ChunkedArray | None:
+    """A decimal column (Spark's decimal(p, s) of `0.908 * price`, say) as an unconstrained
+    NUMERIC's stored decimal, when that is exact: a scale up to the stored one only gains
+    zeros, as quantize() in to_arrow_value gives. None: convert value by value (rounding, a
+    precision to check, or a value too large, whose error that path raises)."""
+    target = t.arrow()
+    if t != T.NUMERIC or t.precision_scale is not None or not pa.types.is_decimal(arr.type) \
+            or not pa.types.is_decimal(target) or arr.type.scale > target.scale:
+        return None
+    try:
+        return arr.cast(target)  # safe: raises rather than overflow
+    except pa.ArrowInvalid:
+        return None
+
+
 def _normalize(v: Any) -> Any:
     if isinstance(v, decimal.Decimal):
         return v.normalize() if v.is_finite() else v
@@ -489,6 +504,8 @@ class ViewMaintainer:
             elif pa.types.is_integer(arr.type) and pa.types.is_integer(target) \
                     and _as_is(arr.type, c.type):  # a narrower integer: widening is exact
                 arrays.append(arr.cast(target))
+            elif (exact := _exact_decimal(arr, c.type)) is not None:
+                arrays.append(exact)
             else:
                 values = cls.rows_of(table.select([i]), view.with_columns((c,)))
                 arrays.append(pa.array([C.to_arrow_value(v, c.type) for (v,) in values], target))
