@@ -161,3 +161,51 @@ def test_a_view_kept_as_its_log_reads_its_rows_from_the_log(tmp_path) -> None:
         assert current() == [("a", 1), ("b", 2), ("b", 2), ("c", 3)]
     finally:
         storage.close()
+
+
+def test_the_epoch_driver_taking_over_a_log_only_view_retracts_its_rows(tmp_path) -> None:
+    """PipelineManager.release: a view kept as its log, handed to the epoch driver (its strategy
+    changed), has its rows retracted from the log and its progress reset, so the driver's rebuild
+    from scratch does not count them twice."""
+    import json
+    import threading
+    from types import SimpleNamespace
+
+    from streamdb.runtime.pipelines import PipelineManager
+    from streamdb.runtime.reader import RelationReader, log_only_from
+    from streamdb.runtime.views import ViewStatus
+    from streamdb.storage import Append, Commit
+    from streamdb.storage.rocksdb import RocksDBStorage
+
+    view = RelationDef(id=11, name="v", kind="materialized_view", columns=(ColumnDef("k", T.BIGINT),))
+    storage = RocksDBStorage(str(tmp_path / "db"))
+    status = ViewStatus(epochs=3, processed={1: (5,)})
+    manager = PipelineManager.__new__(PipelineManager)
+    manager.engine = SimpleNamespace(storage=storage)
+    manager.maintainer = SimpleNamespace(status_of=lambda _vid: status)
+    manager._commit_lock, manager._states = threading.Lock(), {}
+    now = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    pipeline = {"depth": 0, "gen": 0, "ops_base": 0, "joins": {}, "fp": "x", "batch": 4, "log_from": 1}
+    try:
+        commit = Commit()
+        for rows, weights in (([7], [1]), ([1, 2], [1, 2]), ([3], [1])):  # offset 0 is from before log_from
+            table = pa.table({"k": pa.array(rows, pa.int64()), "__w": pa.array(weights, pa.int64())})
+            batch = ViewMaintainer.log_batch(table, view, now)
+            commit.appends.append(Append(view.id, 0, C.encode_table(batch), batch.num_rows))
+        commit.puts.append(("meta", f"view:{view.id}".encode(),
+                            json.dumps({"inputs": {"1": [5]}, "epoch": 3, "pipeline": pipeline}).encode()))
+        storage.commit(commit)
+        manager.release(view)
+        with storage.snapshot() as snap:
+            assert log_only_from(snap, view.id) is None
+            assert json.loads(snap.get("meta", f"view:{view.id}".encode())) == {"inputs": {}, "epoch": 0}
+            reader = RelationReader(storage)
+            # The row before log_from (7) was not the view's: only the view's rows are taken back.
+            assert reader.row_count(view, snap) == 1
+            retracted = [(k, w) for _, _, p in snap.read(view.id, 0, 4, snap.end_offset(view.id, 0))
+                         for k, w in zip(C.decode_batch(p).column("k").to_pylist(),
+                                         C.decode_batch(p).column(C.WEIGHT).to_pylist(), strict=True)]
+            assert sorted(retracted) == [(1, -1), (2, -2), (3, -1)]
+        assert (status.epochs, status.processed) == (0, {})
+    finally:
+        storage.close()
