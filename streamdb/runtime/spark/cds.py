@@ -123,10 +123,15 @@ q = (stream.writeStream.outputMode("update").trigger(availableNow=True)
      .option("checkpointLocation", {str(work / "ckpt")!r})
      .foreachBatch(lambda df, i: df.toArrow()).start())
 q.awaitTermination(300)
-rt.stop()
+# The JVM writes the archive as it exits, which can take longer than the server's bounded stop
+# waits for (15 s): stop the session, then wait for the JVM itself.
+proc = spark.sparkContext._gateway.proc
+spark.stop()
+proc.stdin.close()
+proc.wait(timeout=600)
 """
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1200, env=env)
     if done.returncode != 0:
         log.warning("the class data sharing run failed: %s", (done.stderr or done.stdout)[-1500:])
 
