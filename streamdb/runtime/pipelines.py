@@ -42,7 +42,7 @@ from streamdb.planner import dataflow as D
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.runtime import changes as C
-from streamdb.runtime.reader import LOG_FROM
+from streamdb.runtime.reader import LOG_FROM, read_log
 from streamdb.storage.base import Append, Commit, LogReaderSpec, partials_store, state_store
 
 if TYPE_CHECKING:
@@ -87,7 +87,6 @@ class _ViewState:
     fp: str
     batch: int = -1
     done: bool = False
-    reset: bool = False
     closed_until: int | None = None  # EMIT ON WINDOW CLOSE: rows closing by here (µs) are out
     # An append-only view is kept as its change log alone: its rows are the log's changes from
     # this offset on (reader.LOG_FROM), with no per-row state. None: rows in its state store.
@@ -96,13 +95,13 @@ class _ViewState:
     def to_json(self) -> dict[str, Any]:
         return {"depth": self.depth, "gen": self.gen, "ops_base": self.ops_base,
                 "joins": {str(k): list(v) for k, v in self.joins.items()}, "fp": self.fp, "batch": self.batch,
-                "done": self.done, "reset": self.reset, "closed_until": self.closed_until,
+                "done": self.done, "closed_until": self.closed_until,
                 LOG_FROM: self.log_from}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> _ViewState:
         return _ViewState(d["depth"], d["gen"], d["ops_base"], {int(k): tuple(v) for k, v in d["joins"].items()},
-                          d["fp"], d.get("batch", -1), d.get("done", False), d.get("reset", False),
+                          d["fp"], d.get("batch", -1), d.get("done", False),
                           d.get("closed_until"), d.get(LOG_FROM))
 
 
@@ -350,12 +349,7 @@ class PipelineManager:
             appended += len(rows)
         if state is not None and state.log_from is not None:
             start, end = state.log_from, snap.end_offset(view.id, 0)
-            for first, count, payload in snap.read(view.id, 0, start, end):
-                batch = C.decode_batch(payload)
-                lo, hi = max(start - first, 0), min(end - first, count)
-                if hi <= lo:
-                    continue
-                batch = batch.slice(lo, hi - lo)
+            for batch in read_log(snap, view.id, 0, start, end):
                 weights = pc.negate(batch.column(C.WEIGHT))
                 batch = batch.set_column(batch.schema.get_field_index(C.WEIGHT), C.WEIGHT, weights)
                 batch = batch.set_column(batch.schema.get_field_index(C.ROWTIME), C.ROWTIME,

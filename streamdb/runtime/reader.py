@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +38,14 @@ def log_only_from(snap: Snapshot, view_id: int) -> int | None:
     stored = json.loads(raw).get("pipeline") or {}
     value = stored.get(LOG_FROM)
     return int(value) if value is not None else None
+
+
+def read_log(snap: Snapshot, rel_id: int, partition: int, start: int, end: int) -> Iterator[pa.Table]:
+    """The stored change batches holding offsets [start, end) of a partition, each cut to them."""
+    for first, count, payload in snap.read(rel_id, partition, start, end):
+        lo, hi = max(start - first, 0), min(end - first, count)
+        if hi > lo:
+            yield C.decode_batch(payload).slice(lo, hi - lo)
 
 
 class _PartitionCache:
@@ -104,11 +113,8 @@ class RelationReader:
         if len(done) != len(offsets) or any(d > o for d, o in zip(done, offsets, strict=True)):
             done, total = (0,) * len(offsets), 0
         for p, (start, end) in enumerate(zip(done, offsets, strict=True)):
-            for first, count, payload in snap.read(rel.id, p, start, end):
-                weights = C.decode_batch(payload).column(C.WEIGHT)
-                lo, hi = max(start - first, 0), min(end - first, count)
-                if hi > lo:
-                    total += pc.sum(weights.slice(lo, hi - lo)).as_py() or 0
+            for batch in read_log(snap, rel.id, p, start, end):
+                total += pc.sum(batch.column(C.WEIGHT)).as_py() or 0
         with self._lock:
             self._counts[rel.id] = (offsets, total)
         return total

@@ -312,6 +312,7 @@ class ViewMaintainer:
         # dominate an epoch, so plans are kept per view for the catalog version they were made at.
         self._plans: dict[int, tuple[int, QueryPlan, str | None, IncrementalAggregate | None]] = {}
         self._flat_cache: dict[str, FlatQuery | None] = {}
+        self._in_state_store: set[int] = set()  # views known not to be kept as their log alone
         from streamdb.runtime.pipelines import PipelineManager
 
         # Views with a dataflow run on streaming pipelines; this loop recomputes the rest.
@@ -420,6 +421,7 @@ class ViewMaintainer:
             for view_id in [v for v in self.status if catalog.by_id(v) is None]:
                 del self.status[view_id]  # dropped: forget it, time-dependent ticks included
                 self._plans.pop(view_id, None)
+                self._in_state_store.discard(view_id)
             if self.pipelines.synced_version != catalog.version or self.pipelines.retry_pending():
                 try:
                     await asyncio.to_thread(self.pipelines.sync)
@@ -519,13 +521,18 @@ class ViewMaintainer:
         inputs' DataFrames and run as concurrent jobs in one Spark session."""
         engine = self.engine
         catalog = engine.catalog.snapshot()
+        # A view this loop has not maintained yet may be kept as its log by the pipelines: it is
+        # theirs until they have synced, then rebuilt here (checked once per view, not per epoch).
+        unchecked = [v for v in level if v.id not in self._in_state_store]
         with engine.storage.snapshot() as snap:
-            kept_as_log = [v for v in level if log_only_from(snap, v.id) is not None]
-        for view in kept_as_log:
-            if self.pipelines.synced_version < 0:
-                level = [v for v in level if v is not view]  # the pipelines may yet own it
-            else:
+            kept_as_log = {v.id for v in unchecked if log_only_from(snap, v.id) is not None}
+        if kept_as_log and self.pipelines.synced_version < 0:
+            level = [v for v in level if v.id not in kept_as_log]
+            unchecked = [v for v in unchecked if v.id not in kept_as_log]
+        for view in unchecked:
+            if view.id in kept_as_log:
                 self.pipelines.release(view)
+            self._in_state_store.add(view.id)
         work: list[_Work] = []
         with engine.storage.snapshot() as snap:
             for view in level:
