@@ -57,6 +57,9 @@ VIEWS = {
     "table_global": "SELECT count(*) AS n, sum(v) AS total, count(v) AS c FROM {t}",
     "top2": "SELECT grp, id, v FROM (SELECT grp, id, v, ROW_NUMBER() OVER (PARTITION BY grp ORDER BY v DESC, id) "
             "AS rn FROM {t}) q WHERE rn <= 2",
+    # a window function (recomputed per partition): an upsert that changes grp moves a row between
+    # partitions, and both partitions' old results must go in the same batch
+    "lag": "SELECT id, grp, v, lag(v) OVER (PARTITION BY grp ORDER BY id) AS prev FROM {t}",
 }
 
 
@@ -542,3 +545,43 @@ def test_two_windows_over_different_relations_in_one_view(conn, unique):
     check_views(conn, {f"w2_{unique}": query})
     at = __import__("datetime").datetime
     assert conn.execute(f"SELECT * FROM w2_{unique}").fetchall() == [(1, "ann", at(2024, 1, 1))]
+
+
+def test_timestamps_and_dates_through_every_operator(conn, unique):
+    """Timestamps (with and without time zone) and dates travel between the pipeline's layers as
+    integers: through a join's rows and keys, group keys, top-N rows, min/max and a window
+    function's arranged rows, with NULLs, microseconds, dates before 1970 and far ahead, and a
+    table whose rows are updated and deleted (retractions must meet the rows they retract)."""
+    t, s = f"tt_{unique}", f"ts_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, at TIMESTAMP, tz TIMESTAMPTZ, d DATE)")
+    conn.execute(f"CREATE STREAM {s} (id INT, at TIMESTAMP, d DATE)")
+    views = {
+        "join_on_ts": f"SELECT t.id, s.id AS sid, t.tz, s.d FROM {t} t JOIN {s} s ON s.at = t.at",
+        "left_join": f"SELECT s.id, s.at, t.tz, t.d FROM {s} s LEFT JOIN {t} t ON t.id = s.id",
+        "group_by": f"SELECT d, date_trunc('hour', at) AS h, count(*) AS n, min(tz) AS lo, max(at) AS hi "
+                    f"FROM {t} GROUP BY d, date_trunc('hour', at)",
+        "top1": f"SELECT id, at, tz, d FROM (SELECT id, at, tz, d, ROW_NUMBER() OVER (PARTITION BY d "
+                f"ORDER BY at DESC NULLS LAST, id) AS rn FROM {t}) q WHERE rn <= 1",
+        "lagged": f"SELECT id, at, d, lag(at) OVER (PARTITION BY d ORDER BY id) AS prev FROM {t}",
+    }
+    for name, query in views.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {name}_{unique} AS {query}")
+    conn.execute(f"INSERT INTO {t} VALUES "
+                 "(1, '2024-03-01 10:00:00.123456', '2024-03-01 10:00:00.5+02', '2024-03-01'), "
+                 "(2, '1969-12-31 23:59:59.999999', '1960-06-01 00:00:00+00', '1969-12-31'), "
+                 "(3, NULL, NULL, NULL), "
+                 "(4, '2024-03-01 10:30:00', '9999-12-31 23:59:59.999999+00', '2024-03-01'), "
+                 "(5, '2200-01-01 00:00:00', '2024-03-01 11:00:00+00', '0001-01-01')")
+    conn.execute(f"INSERT INTO {s} VALUES (1, '2024-03-01 10:00:00.123456', '2024-03-02'), "
+                 "(2, '1969-12-31 23:59:59.999999', NULL), (7, NULL, '1900-01-01'), "
+                 "(4, '2024-03-01 10:30:00', '2024-03-01')")
+    names = {f"{name}_{unique}": query for name, query in views.items()}
+    check_views(conn, names)
+    conn.execute(f"UPDATE {t} SET at = at + INTERVAL '1 microsecond', d = d + 1 WHERE id IN (1, 2)")
+    conn.execute(f"DELETE FROM {t} WHERE id = 4")
+    conn.execute(f"INSERT INTO {s} VALUES (8, '2024-03-01 10:00:00.123457', '2024-03-01')")
+    check_views(conn, names)
+    at = __import__("datetime")
+    assert conn.execute(f"SELECT id, sid FROM join_on_ts_{unique} ORDER BY id").fetchall() == [(1, 8)]
+    assert conn.execute(f"SELECT at FROM top1_{unique} WHERE d = '1970-01-01'").fetchall() == \
+        [(at.datetime(1970, 1, 1),)]

@@ -57,7 +57,7 @@ OPS_PER_VIEW = 1024  # ops_base = view id * 1024 + generation * 64
 RETRY_MIN_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
 # Bumped when the compiled form of dataflows changes: views then rebuild their state.
-PLAN_VERSION = "1"
+PLAN_VERSION = "2"  # 2: timestamps and dates as integers in row and key JSON
 
 
 def fingerprint(dataflow: D.Dataflow) -> str:

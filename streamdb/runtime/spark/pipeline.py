@@ -19,6 +19,8 @@ its backfill (log_source.py).
 
 Records between layers carry rows as JSON text (`to_json` / `from_json`, exact for every type
 used here), keys as the JSON of their values, and aggregate arguments as text; see docs/views.md.
+Timestamps and dates in rows and keys are written as integers (microseconds, days since the
+epoch): formatting and parsing them as ISO text took most of a layer's encoding time (Nexmark q4).
 """
 
 from __future__ import annotations
@@ -75,8 +77,9 @@ class SinkView:
     view_id: int
     columns: tuple[str, ...]  # the wide output columns holding its values, in view column order
     recompute: D.Recompute | None = None
-    input_schema: str = ""  # Recompute: the DDL of its input rows
+    input_schema: str = ""  # Recompute: the DDL of its input rows as they are in JSON
     input_columns: tuple[str, ...] = ()
+    input_types: tuple[str, ...] = ()  # their Spark types
     global_: bool = False
 
 
@@ -349,6 +352,7 @@ class _Compiler:
         from pyspark.sql import functions as F
 
         self._errors: list[_Arm] = []
+        self._convert: dict[str, str] = {}  # fields of decoded structs back from their JSON form
         decode: dict[str, str] = {}
         arms: list[_Arm] = []
         for v in self.views:
@@ -377,6 +381,8 @@ class _Compiler:
         if not arms:
             raise FeatureNotSupported("internal: a pipeline boundary with nothing to route")
         frame = frame.select("*", *[F.expr(e).alias(n) for n, e in decode.items()])
+        if self._convert:
+            frame = frame.select("*", *[F.expr(e).alias(n) for n, e in self._convert.items()])
         self._probe(frame, arms)
         for arm in arms:
             self._encode(arm, b)
@@ -432,16 +438,25 @@ class _Compiler:
         names = {}
 
         def struct(column: str, source: str, schema: list[tuple[str, str]]) -> None:
-            ddl = ", ".join(f"{quote(n)}: {t}" for n, t in schema)
+            ddl = ", ".join(f"{quote(n)}: {_json_type(t)}" for n, t in schema)
             decode.setdefault(column, f"CASE WHEN op = {carrier} THEN from_json({source}, "
                                       f"'struct<{_esc(ddl)}>', {JSON_OPTIONS}) END")
+
+        def field(column: str, schema: list[tuple[str, str]], i: int) -> str:
+            """The frame column of the struct's i-th field, converted back from its JSON form."""
+            n, t = schema[i]
+            if _json_type(t) == t:
+                return f"{column}{FIELD}{n}"
+            converted = f"{column}__f{i}"
+            self._convert.setdefault(converted, _from_json_value(f"{quote(column)}.{quote(n)}", t))
+            return converted
 
         if isinstance(frontier, D.Join):
             for side, source in ((0, "row"), (1, "row2")):
                 schema = self.schemas[(frontier, side)]
                 struct(f"{prefix}_{source}", source, schema)
-                for n, _ in schema:
-                    names[n] = f"{prefix}_{source}{FIELD}{n}"
+                for i, (n, _) in enumerate(schema):
+                    names[n] = field(f"{prefix}_{source}", schema, i)
         elif isinstance(frontier, D.Reduce):
             group = self.schemas.get((frontier, "group"), [])
             if group:
@@ -449,7 +464,7 @@ class _Compiler:
             ngroup = len(frontier.group)
             for i, col in enumerate(frontier.columns):
                 if i < ngroup:
-                    names[col] = f"{prefix}{FIELD}{group[i][0]}"
+                    names[col] = field(prefix, group, i)
                 else:
                     template = self.schemas[(frontier, "agg", i - ngroup)][1]
                     column = f"{prefix}_a{i - ngroup}"
@@ -459,8 +474,8 @@ class _Compiler:
             key = (frontier, 0) if isinstance(frontier, D.TopN) else frontier
             schema = self.schemas[key]
             struct(prefix, "row", schema)
-            for n, _ in schema:
-                names[n] = f"{prefix}{FIELD}{n}"
+            for i, (n, _) in enumerate(schema):
+                names[n] = field(prefix, schema, i)
         return names, f"op = {carrier}"
 
     def _path_arm(self, v: ViewFlow, consumer: Any, side: int, child: D.Node, p: _Path, b: int,
@@ -513,8 +528,9 @@ class _Compiler:
         """A recomputed view's arranged rows go to the sink as they are (foreachBatch runs its query)."""
         carrier = self._carrier_at(root, b)
         schema = self.schemas[(root, 0)]
-        self.sink[v.view_id] = SinkView(v.view_id, (), root, ", ".join(f"{quote(n)}: {t}" for n, t in schema),
-                                        tuple(n for n, _ in schema), global_=not root.partition)
+        self.sink[v.view_id] = SinkView(v.view_id, (), root, ", ".join(f"{quote(n)}: {_json_type(t)}" for n, t in schema),
+                                        tuple(n for n, _ in schema), global_=not root.partition,
+                                        input_types=tuple(t for _, t in schema))
         arm = _Arm(v, "sink", 0, f"op = {carrier}")
         arm.fields.update({"__view": str(v.view_id), "__w": "w", "__side": "side", "__k": "k", "__row": "row"})
         return arm
@@ -533,7 +549,7 @@ class _Compiler:
             rel = self.relations[frontier.relation_id]
             types = [_spark_type_name(rel, src) for src in frontier.source_columns]
             self.schemas[frontier] = list(zip(frontier.columns, types, strict=True))
-            row = _row_json(frontier.columns, [_ref(names[c]) for c in frontier.columns])
+            row = _row_json(frontier.columns, [_ref(names[c]) for c in frontier.columns], types)
             arm = _Arm(v, ("pass", pid), 0, cond)
             arm.fields.update({"op": str(pid), "side": "0", "k": f"CAST(pmod(hash({row}), 64) AS STRING)",
                                "row": row, "row2": "NULL", "a": "NULL", "w": "__w"})
@@ -571,11 +587,11 @@ class _Compiler:
             schema = previous
         self.schemas[(consumer, arm.side)] = schema
         op = self.op_of[consumer]
-        row = _row_json(child.columns, cols)
+        row = _row_json(child.columns, cols, [t for _, t in schema])
         keys = [arm.values[k] for k in sorted((k for k in arm.values if k.startswith("k")), key=lambda k: int(k[1:]))]
         key_types = [arm.types[f"k{i}"] for i in range(len(keys))]
         keys = [f"(({k}) + 0.0)" if t in ("double", "float") else k for k, t in zip(keys, key_types, strict=True)]
-        key_json = _key_json(keys) if keys else "''"
+        key_json = _key_json(keys, key_types) if keys else "''"
         arm.fields.update({"op": str(op), "side": str(arm.side), "k": key_json, "row": "NULL", "row2": "NULL",
                            "a": "NULL"})
         if isinstance(consumer, D.Join):
@@ -758,14 +774,41 @@ def _node_kind(n: Any) -> str:
     return {D.Join: "join", D.Reduce: "reduce", D.TopN: "topn", D.Recompute: "arrange"}[type(n)]
 
 
-def _row_json(columns: tuple[str, ...], exprs: list[str]) -> str:
-    parts = ", ".join(f"'{_esc(c)}', {e}" for c, e in zip(columns, exprs, strict=True))
+def _row_json(columns: tuple[str, ...], exprs: list[str], types: list[str]) -> str:
+    parts = ", ".join(f"'{_esc(c)}', {_to_json_value(e, t)}" for c, e, t in zip(columns, exprs, types, strict=True))
     return f"to_json(named_struct({parts}), {JSON_OPTIONS})" if parts else "'{}'"
 
 
-def _key_json(keys: list[str]) -> str:
-    parts = ", ".join(f"'k{i}', {e}" for i, e in enumerate(keys))
+def _key_json(keys: list[str], types: list[str]) -> str:
+    parts = ", ".join(f"'k{i}', {_to_json_value(e, t)}" for i, (e, t) in enumerate(zip(keys, types, strict=True)))
     return f"to_json(named_struct({parts}), {JSON_OPTIONS})"
+
+
+# Top-level timestamps and dates travel in row and key JSON as integers (exact, and far cheaper
+# than ISO text both ways); nested ones keep JSON_OPTIONS' text formats. Spark type -> (its type in
+# the JSON, encoding, decoding). The session's time zone is UTC, so timestamp_ntz's round trip
+# through a timestamp is exact.
+_JSON_CODECS = {
+    "timestamp": ("bigint", "unix_micros({})", "timestamp_micros({})"),
+    "timestamp_ntz": ("bigint", "unix_micros(CAST({} AS TIMESTAMP))", "CAST(timestamp_micros({}) AS TIMESTAMP_NTZ)"),
+    "date": ("int", "unix_date({})", "date_from_unix_date({})"),
+}
+
+
+def _json_type(spark_type: str) -> str:
+    """The type a value of `spark_type` has inside row and key JSON."""
+    codec = _JSON_CODECS.get(spark_type)
+    return spark_type if codec is None else codec[0]
+
+
+def _to_json_value(e: str, spark_type: str) -> str:
+    codec = _JSON_CODECS.get(spark_type)
+    return e if codec is None else codec[1].format(e)
+
+
+def _from_json_value(e: str, spark_type: str) -> str:
+    codec = _JSON_CODECS.get(spark_type)
+    return e if codec is None else codec[2].format(e)
 
 
 def _ref(target: str) -> str:
@@ -994,8 +1037,10 @@ class StreamingPipeline:
         tag = f"{s.view_id}_{int(time.monotonic() * 1000)}"
         rows.createOrReplaceTempView(f"__all_{tag}")
         rows.where("__side = 2").createOrReplaceTempView(f"__fresh_{tag}")
+        columns = ", ".join(f"{_from_json_value(f'r.{quote(c)}', t)} AS {quote(c)}"
+                            for c, t in zip(s.input_columns, s.input_types, strict=True))
         contents = session.sql(
-            f"SELECT __side, r.* FROM (SELECT __side, explode(sequence(1, __w)) AS __copy, "
+            f"SELECT __side{', ' + columns if columns else ''} FROM (SELECT __side, explode(sequence(1, __w)) AS __copy, "
             f"from_json(__row, 'struct<{_esc(schema)}>', {JSON_OPTIONS}) AS r FROM __all_{tag} "
             f"WHERE __side IN (0, 1))")
         parts = []
@@ -1008,7 +1053,10 @@ class StreamingPipeline:
             names = {c: c for c in s.input_columns}
             sql = render(query, names)
             guard = f"EXISTS (SELECT 1 FROM __all_{tag})"
-            if gen == 0:
+            if gen == 0 and s.global_:
+                # The one partition seen for the first time: its old result is nothing, not the
+                # query over no rows (a row, for an aggregate). A partitioned query gives no rows
+                # for a partition without rows, and other partitions of the batch are not fresh.
                 guard += f" AND NOT EXISTS (SELECT 1 FROM __fresh_{tag})"
             parts.append(f"SELECT q.*, CAST({weight} AS BIGINT) AS __w FROM ({sql}) q WHERE {guard}")
         table = session.sql(" UNION ALL ".join(parts)).toArrow()
