@@ -209,3 +209,31 @@ def test_the_epoch_driver_taking_over_a_log_only_view_retracts_its_rows(tmp_path
         assert (status.epochs, status.processed) == (0, {})
     finally:
         storage.close()
+
+
+def test_operator_ranges_are_never_reused(tmp_path) -> None:
+    """Every generation of every view gets operator ids no view had: an old generation's state
+    stays in the state store, so reusing its ids would start a view from stale state. The counter
+    is stored with the state that uses it and survives a new manager (a restart)."""
+    from types import SimpleNamespace
+
+    from streamdb.runtime.pipelines import FIRST_ALLOCATED_OPS, NEXT_OPS_KEY, PipelineManager
+    from streamdb.runtime.spark.pipeline import MAX_OPS_PER_VIEW
+    from streamdb.storage import Commit
+    from streamdb.storage.rocksdb import RocksDBStorage
+
+    storage = RocksDBStorage(str(tmp_path / "db"))
+    try:
+        seen: list[int] = []
+        for _restart in range(3):
+            manager = PipelineManager(SimpleNamespace(storage=storage), SimpleNamespace())  # type: ignore[arg-type]
+            commit = Commit()
+            with storage.snapshot() as snap:
+                seen += [manager._allocate_ops(snap, commit) for _ in range(20)]  # 20 generations
+            storage.commit(commit)
+        assert seen == [FIRST_ALLOCATED_OPS + i * MAX_OPS_PER_VIEW for i in range(60)]
+        with storage.snapshot() as snap:
+            assert int(snap.get("meta", NEXT_OPS_KEY)) == FIRST_ALLOCATED_OPS + 60 * MAX_OPS_PER_VIEW
+        assert seen[-1] + MAX_OPS_PER_VIEW - 1 < 2**31  # the records' op column is a Java int
+    finally:
+        storage.close()

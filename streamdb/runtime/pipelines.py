@@ -53,7 +53,12 @@ log = logging.getLogger("streamdb.pipelines")
 
 META = "meta"
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
-OPS_PER_VIEW = 1024  # ops_base = view id * 1024 + generation * 64
+# Operator ids: every generation of a view gets a range no view has used, since an old
+# generation's state is not deleted from the state store. Ids below FIRST_ALLOCATED_OPS are the
+# first scheme's (view id * 1024 + (generation % 16) * 64, which a 17th generation would reuse),
+# kept by views made before; new ranges come from a counter in the meta store.
+FIRST_ALLOCATED_OPS = 1 << 30
+NEXT_OPS_KEY = b"pipeline-next-ops"
 RETRY_MIN_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
 # Bumped when the compiled form of dataflows changes: views then rebuild their state.
@@ -145,6 +150,7 @@ class PipelineManager:
         self._owned: set[int] = set()
         self._errors: dict[int, dict[str, int]] = {}  # view -> "sqlstate:message" -> count
         self._closing: dict[int, _CloseSpec] = {}  # EMIT ON WINDOW CLOSE views
+        self._next_ops: int | None = None  # see FIRST_ALLOCATED_OPS
 
     # ---- strategy -------------------------------------------------------------------------
 
@@ -260,8 +266,7 @@ class PipelineManager:
                              for ends in [engine.reader.end_offsets(rel, snap)]}
                     retracted = self._retract_all(view, state, snap, commit, now)
                     log_from = snap.end_offset(vid, 0) + retracted if self._log_only(view, df) else None
-                    state = _ViewState(depth, gen, vid * OPS_PER_VIEW + (gen % 16) * 64, joins, fp,
-                                       log_from=log_from)
+                    state = _ViewState(depth, gen, self._allocate_ops(snap, commit), joins, fp, log_from=log_from)
                     for open_key, _ in snap.scan(partials_store(vid), _OPEN):
                         commit.deletes.append((partials_store(vid), open_key))
                     commit.deletes.append((META, f"view-errors:{vid}".encode()))  # recomputed too
@@ -296,6 +301,19 @@ class PipelineManager:
         except StreamDBError as e:
             log.warning("pipeline depth-%d did not start: %s", depth, e.message)
             self._on_failure(depth, e)
+
+    def _allocate_ops(self, snap: Any, commit: Commit) -> int:
+        """The first id of an operator range no view has used (stored in the same commit as the
+        view's state that uses it, so a failed commit wastes a range but never reuses one)."""
+        from streamdb.runtime.spark.pipeline import MAX_OPS_PER_VIEW
+
+        if self._next_ops is None:
+            raw = snap.get(META, NEXT_OPS_KEY)
+            self._next_ops = max(int(raw), FIRST_ALLOCATED_OPS) if raw else FIRST_ALLOCATED_OPS
+        base = self._next_ops
+        self._next_ops += MAX_OPS_PER_VIEW
+        commit.puts.append((META, NEXT_OPS_KEY, str(self._next_ops).encode()))
+        return base
 
     def _checkpoint(self, depth: int) -> Path:
         return Path(self.engine.settings.data_dir) / "spark" / "pipelines" / f"depth-{depth}"
