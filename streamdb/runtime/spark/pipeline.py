@@ -77,9 +77,8 @@ class SinkView:
     view_id: int
     columns: tuple[str, ...]  # the wide output columns holding its values, in view column order
     recompute: D.Recompute | None = None
-    input_schema: str = ""  # Recompute: the DDL of its input rows as they are in JSON
-    input_columns: tuple[str, ...] = ()
-    input_types: tuple[str, ...] = ()  # their Spark types
+    input_columns: tuple[str, ...] = ()  # Recompute: its input rows' columns
+    input_types: tuple[str, ...] = ()  # and their Spark types
     global_: bool = False
 
 
@@ -528,9 +527,8 @@ class _Compiler:
         """A recomputed view's arranged rows go to the sink as they are (foreachBatch runs its query)."""
         carrier = self._carrier_at(root, b)
         schema = self.schemas[(root, 0)]
-        self.sink[v.view_id] = SinkView(v.view_id, (), root, ", ".join(f"{quote(n)}: {_json_type(t)}" for n, t in schema),
-                                        tuple(n for n, _ in schema), global_=not root.partition,
-                                        input_types=tuple(t for _, t in schema))
+        self.sink[v.view_id] = SinkView(v.view_id, (), root, tuple(n for n, _ in schema),
+                                        tuple(t for _, t in schema), global_=not root.partition)
         arm = _Arm(v, "sink", 0, f"op = {carrier}")
         arm.fields.update({"__view": str(v.view_id), "__w": "w", "__side": "side", "__k": "k", "__row": "row"})
         return arm
@@ -1031,7 +1029,8 @@ class StreamingPipeline:
         node = s.recompute
         compiled = self.compiled
         assert compiled is not None
-        schema = s.input_schema
+        schema = ", ".join(f"{quote(c)}: {_json_type(t)}"  # the rows as they are in JSON
+                           for c, t in zip(s.input_columns, s.input_types, strict=True))
         session = frame.sparkSession
         rows = frame.where(f"__view = {s.view_id} AND __err IS NULL")
         tag = f"{s.view_id}_{int(time.monotonic() * 1000)}"
