@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 
 from streamdb.errors import StreamDBError
 from streamdb.planner.plans import SubscribePlan
+from streamdb.storage.base import Snapshot
 
 DEFAULT_MAX_BUFFERED_CHANGES = 100_000
 
@@ -40,8 +42,10 @@ class Subscription:
     last_epoch_ms: float | None = None
     error: StreamDBError | None = None
     closed: bool = False
+    baseline: Snapshot | None = None  # recompute mode: the inputs as of the subscription
     _queue: asyncio.Queue[list[tuple[Any, ...]] | None] = field(default_factory=asyncio.Queue)
     _leftover: list[tuple[Any, ...]] = field(default_factory=list)
+    _baseline_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def deliver(self, changes: list[tuple[tuple[Any, ...], int]], at: dt.datetime) -> None:
         """From the maintainer's thread: queue the changes as (op, rowtime, *row) rows."""
@@ -51,6 +55,16 @@ class Subscription:
             rows.extend([(op, at, *row)] * abs(weight))
         if rows:
             self.loop.call_soon_threadsafe(self._push, rows)
+
+    def take_baseline(self) -> Snapshot | None:
+        """The baseline snapshot, now the caller's to close (None: already taken)."""
+        with self._baseline_lock:
+            snap, self.baseline = self.baseline, None
+        return snap
+
+    def release_baseline(self) -> None:
+        if (snap := self.take_baseline()) is not None:
+            snap.close()
 
     def fail(self, error: StreamDBError) -> None:
         self.loop.call_soon_threadsafe(self._fail, error)

@@ -942,6 +942,10 @@ class ViewMaintainer:
                     if rel is not None:
                         sub.processed[rel.id] = self.engine.reader.end_offsets(rel, snap)
             sub.started = True
+        elif not plan.snapshot:
+            # Recomputed: changes are diffs against the result as of now, not as of the first
+            # epoch (which waits for Spark and would take in writes made meanwhile unseen).
+            sub.baseline = self.engine.storage.snapshot()
         self.subscriptions[sub.id] = sub
         self._wake.set()
         return sub
@@ -949,6 +953,7 @@ class ViewMaintainer:
     def unsubscribe(self, sub: Subscription) -> None:
         sub.closed = True
         self.subscriptions.pop(sub.id, None)
+        sub.release_baseline()
 
     def _advance(self, sub: Subscription) -> None:
         """Compute a subscription's changes since its last epoch (in a worker thread)."""
@@ -958,6 +963,8 @@ class ViewMaintainer:
             raise ObjectNotInPrerequisiteState("push queries need Spark, which is disabled")
         catalog = engine.catalog.snapshot()
         plan = sub.plan
+        if sub.baseline is not None:
+            self._advance_baseline(sub, catalog)
         with engine.storage.snapshot() as snap:
             offsets = {rid: engine.reader.end_offsets(rel, snap) for i in plan.query.inputs
                        if (rid := i.relation_id) is not None and (rel := catalog.by_id(rid)) is not None}
@@ -991,6 +998,23 @@ class ViewMaintainer:
         sub.last_epoch_ms = (time.monotonic() - started) * 1000
         engine.metrics.epoch_done(M.PUSH_QUERY, sub.last_epoch_ms / 1000)
         sub.deliver(changes, dt.datetime.now(dt.UTC))
+
+    def _advance_baseline(self, sub: Subscription, catalog: CatalogSnapshot) -> None:
+        """A recomputed subscription's first result, at the snapshot taken when it began."""
+        spark = self.engine.spark
+        snap = sub.take_baseline()
+        if spark is None or snap is None:
+            return
+        plan = sub.plan
+        try:
+            tables, offsets = self._query_inputs(plan.query, False, {}, catalog, snap)
+        finally:
+            snap.close()
+        spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
+        answer = spark.run_query(plan.query.spark_sql, tables)
+        sub.previous = Counter(tuple(_normalize(v) for v in r) for r in arrow_to_rows(answer, plan.query.columns))
+        sub.processed = offsets
+        sub.started = True
 
     # ---- FLUSH and status ----------------------------------------------------------------
 
