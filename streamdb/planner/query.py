@@ -23,7 +23,12 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.plans import QueryPlan, RelationInput
-from streamdb.planner.typing import describe_query, exact_numeric_avg, keep_declared_types
+from streamdb.planner.typing import (
+    describe_query,
+    exact_numeric_avg,
+    keep_declared_types,
+    refuse_non_boolean_conditions,
+)
 from streamdb.planner.windows import expand_window_functions
 from streamdb.runtime import system_catalog
 from streamdb.runtime.api import Column
@@ -545,6 +550,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     _expand_stars(query, star_by_alias)
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
+    refuse_non_boolean_conditions(query, inputs)
     _postgres_sum_types(query, inputs)
 
     def column_type(col: exp.Column) -> T.SqlType | None:

@@ -15,7 +15,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 from streamdb import types as T
-from streamdb.errors import StreamDBError
+from streamdb.errors import DatatypeMismatch, StreamDBError
 from streamdb.planner.context import PlanContext
 from streamdb.planner.plans import RelationInput
 from streamdb.runtime import embedded
@@ -155,3 +155,54 @@ def _exact_scale(t: exp.DataType | None) -> int | None:
 
 # Unconstrained numeric is stored with 10 decimals (streamdb/types.py).
 _UNCONSTRAINED_STORED_SCALE = 10
+
+
+# Condition shapes that are boolean whatever their operands: no type check needed.
+_BOOLEAN_SHAPES = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.Exists, exp.Null)
+_PG_TYPE_NAMES = {"INT": "integer", "BIGINT": "bigint", "SMALLINT": "smallint", "TEXT": "text",
+                  "VARCHAR": "character varying", "DOUBLE": "double precision", "FLOAT": "real",
+                  "DECIMAL": "numeric", "TIMESTAMPTZ": "timestamp with time zone",
+                  "TIMESTAMP": "timestamp without time zone"}
+_NOT_BOOLEAN = (exp.DataType.INTEGER_TYPES | exp.DataType.REAL_TYPES | exp.DataType.TEXT_TYPES
+                | exp.DataType.TEMPORAL_TYPES | {exp.DataType.Type.INTERVAL, exp.DataType.Type.JSON,
+                                                 exp.DataType.Type.JSONB, exp.DataType.Type.UUID})
+
+
+def _conditions(query: exp.Expression) -> list[tuple[str, exp.Expr]]:
+    """(clause, condition) of every WHERE, HAVING and JOIN ... ON, and of the operands of their
+    AND, OR and NOT, as PostgreSQL names them in its error."""
+    out: list[tuple[str, exp.Expr]] = []
+    for where in query.find_all(exp.Where):
+        out.append(("WHERE", where.this))
+    for having in query.find_all(exp.Having):
+        out.append(("HAVING", having.this))
+    for join in query.find_all(exp.Join):
+        if (on := join.args.get("on")) is not None:
+            out.append(("JOIN/ON", on))
+    pending = [(clause, cond.unnest()) for clause, cond in out]
+    done: list[tuple[str, exp.Expr]] = []
+    while pending:
+        clause, cond = pending.pop()
+        done.append((clause, cond))
+        if isinstance(cond, exp.Connector):
+            op = "AND" if isinstance(cond, exp.And) else "OR"
+            pending.extend((op, side.unnest()) for side in (cond.left, cond.right))
+        elif isinstance(cond, exp.Not):
+            pending.append(("NOT", cond.this.unnest()))
+    return done
+
+
+def refuse_non_boolean_conditions(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
+    """PostgreSQL's 42804 for `WHERE smallint_column` and the like: DuckDB would take the number
+    as a truth value and Spark refuse the view's plan, so one answer for both, up front."""
+    if all(isinstance(cond, _BOOLEAN_SHAPES) for _, cond in _conditions(query)):
+        return  # comparisons, IS, IN, ... and AND/OR/NOT of them (their operands are listed too)
+    typed = _annotated(query, inputs)
+    if typed is None:
+        return
+    for clause, cond in _conditions(typed):
+        if isinstance(cond, _BOOLEAN_SHAPES) or cond.type is None or cond.type.this not in _NOT_BOOLEAN:
+            continue
+        spelled = cond.type.sql(dialect="postgres")
+        name = _PG_TYPE_NAMES.get(spelled.upper(), spelled.lower())
+        raise DatatypeMismatch(f"argument of {clause} must be type boolean, not type {name}")

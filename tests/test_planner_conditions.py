@@ -1,0 +1,56 @@
+"""WHERE, HAVING and JOIN ... ON take booleans only, as in PostgreSQL (42804), checked when the
+query is planned: DuckDB (ad hoc reads) would take a number as a truth value and Spark (views)
+refuse the plan once the view's pipeline starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamdb import types as T
+from streamdb.catalog import CatalogSnapshot, ColumnDef, RelationDef
+from streamdb.errors import DatatypeMismatch
+from streamdb.planner.context import PlanContext, SessionInfo
+from streamdb.planner.query import plan_query
+from streamdb.sql.parser import parse_one
+
+T1 = RelationDef(id=1, name="t", kind="table", primary_key=("id",), owner="streamdb",
+                 columns=(ColumnDef("id", T.INTEGER), ColumnDef("s", T.SMALLINT), ColumnDef("b", T.BOOLEAN),
+                          ColumnDef("x", T.TEXT), ColumnDef("ts", T.TIMESTAMPTZ)))
+U1 = RelationDef(id=2, name="u", kind="stream", owner="streamdb",
+                 columns=(ColumnDef("id", T.INTEGER), ColumnDef("n", T.BIGINT)))
+CATALOG = CatalogSnapshot(1, {r.name: r for r in (T1, U1)})
+
+
+def ctx() -> PlanContext:
+    return PlanContext(catalog=CATALOG, session=SessionInfo(user="streamdb", database="streamdb"))
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT id FROM t WHERE s", "argument of WHERE must be type boolean, not type smallint"),
+    ("SELECT id FROM t WHERE b AND id", "argument of AND must be type boolean, not type integer"),
+    ("SELECT id FROM t WHERE NOT (x)", "argument of NOT must be type boolean, not type text"),
+    ("SELECT id FROM t WHERE b OR ts", "argument of OR must be type boolean, not type timestamp with time zone"),
+    ("SELECT s, count(*) FROM t GROUP BY s HAVING count(*)", "argument of HAVING must be type boolean, not type bigint"),
+    ("SELECT t.id FROM t JOIN u ON u.n", "argument of JOIN/ON must be type boolean, not type bigint"),
+    ("SELECT id FROM (SELECT id, s FROM t WHERE s + 1) AS q", "argument of WHERE must be type boolean, not type"),
+])
+def test_non_boolean_conditions_are_42804(sql: str, message: str) -> None:
+    with pytest.raises(DatatypeMismatch) as e:
+        plan_query(parse_one(sql), ctx())
+    assert e.value.sqlstate == "42804"
+    assert e.value.message.startswith(message)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id FROM t WHERE b",
+    "SELECT id FROM t WHERE b AND NOT (s > 1 OR x IS NULL)",
+    "SELECT id FROM t WHERE coalesce(b, false)",
+    "SELECT id FROM t WHERE CASE WHEN s > 0 THEN b ELSE false END",
+    "SELECT id FROM t WHERE s::boolean",
+    "SELECT id FROM t WHERE NULL",
+    "SELECT id FROM t WHERE id IN (SELECT id FROM u WHERE n > 0)",
+    "SELECT s FROM t GROUP BY s HAVING count(*) > 1",
+    "SELECT t.id FROM t JOIN u ON t.id = u.id AND u.n > 0",
+])
+def test_boolean_conditions_plan(sql: str) -> None:
+    plan_query(parse_one(sql), ctx())
