@@ -318,6 +318,44 @@ def test_a_failing_cast_fails_its_view_only(conn, unique):
     conn.execute(f"DROP TABLE {t} CASCADE")
 
 
+def test_integer_overflow_fails_its_view_only(conn, unique):
+    """Integer arithmetic out of its type's range is that view's error (22003, Postgres's message
+    for the result type), as it is ad hoc: the other views of its pipeline go on, and deleting the
+    row heals it."""
+    t = f"ovf_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b BIGINT, s SMALLINT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 3, 1, 1), (2, -4, 2, 2)")
+    scaled, grouped, small, fine = (f"{n}_{unique}" for n in ("scaled", "grouped", "small", "fine"))
+    queries = {scaled: f"SELECT id, a * 1000000 AS m FROM {t}",
+               grouped: f"SELECT a % 2 AS k, sum(a * 1000000 + 1) AS total FROM {t} GROUP BY a % 2",
+               small: f"SELECT id, s + s AS twice FROM {t}",
+               fine: f"SELECT id, b * 1000000 AS m FROM {t}"}
+    for name, query in queries.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    conn.execute(f"INSERT INTO {t} VALUES (3, 5000, 5000, 20000)")
+    for name, type_name in ((scaled, "integer"), (grouped, "integer"), (small, "smallint")):
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange) as info:
+            conn.execute(f"FLUSH {name}")
+        assert f"{type_name} out of range" in str(info.value)
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            conn.execute(f"SELECT * FROM {name}")
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            conn.execute(queries[name])  # the same query ad hoc: the same error
+    conn.execute(f"FLUSH {fine}")  # a plain FLUSH would fail with the other views' errors
+    assert normalize(conn.execute(f"SELECT * FROM {fine}").fetchall()) == normalize(conn.execute(queries[fine]).fetchall())
+    assert sorted(conn.execute(f"SELECT * FROM {fine}").fetchall()) == [
+        (1, 1000000), (2, 2000000), (3, 5000000000)]
+    status = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert [status[n][2] for n in (scaled, grouped, small)] == ["failed"] * 3
+    assert status[fine][2] == "running (incremental)"
+    conn.execute(f"DELETE FROM {t} WHERE id = 3")
+    conn.execute("FLUSH")
+    check_views(conn, queries)
+    assert sorted(conn.execute(f"SELECT * FROM {scaled}").fetchall()) == [(1, 3000000), (2, -4000000)]
+    assert sorted(conn.execute(f"SELECT * FROM {grouped}").fetchall()) == [(0, -3999999), (1, 3000001)]
+    conn.execute(f"DROP TABLE {t} CASCADE")
+
+
 def test_create_stream_and_table_as_select(conn, unique):
     src = f"pv_{unique}"
     conn.execute(f"CREATE STREAM {src} (user_id INT, page TEXT, ms INT)")

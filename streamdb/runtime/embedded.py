@@ -125,6 +125,8 @@ def run(sql: str, tables: dict[str, pa.Table], params: list[object] | None = Non
 _COLUMN_NOT_FOUND = re.compile(r'Referenced column "([^"]+)" (?:was )?not found')  # "was": no FROM
 # "Values list": how the engine names an in-memory (Arrow) input such as a stream or table.
 _TABLE_COLUMN = re.compile(r'(?:Table|Values list) "([^"]+)" does not have a column named "([^"]+)"')
+_INTEGER_OVERFLOW = re.compile(r"Overflow in (?:addition|subtraction|multiplication|negation) of (INT16|INT32|INT64)\b")
+_PG_INTEGER_NAMES = {"INT16": "smallint", "INT32": "integer", "INT64": "bigint"}
 _FUNC = re.compile(r'Scalar Function with name (\w+) does not exist|Function with name (\w+) does not exist')
 
 
@@ -164,6 +166,8 @@ def translate_error(e: Exception) -> errors.StreamDBError:
     if isinstance(e, duckdb.OutOfRangeException):
         if "division by zero" in msg.lower():
             return errors.DivisionByZero("division by zero")
+        if (m := _INTEGER_OVERFLOW.search(msg)) is not None:  # Postgres names the result type
+            return errors.NumericValueOutOfRange(f"{_PG_INTEGER_NAMES[m.group(1)]} out of range")
         return errors.NumericValueOutOfRange(_clean(text))
     if isinstance(e, duckdb.InvalidInputException):
         if "division by zero" in msg.lower():

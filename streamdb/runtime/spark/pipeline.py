@@ -680,15 +680,16 @@ _CONDITIONAL = (exp.Case, exp.If, exp.Coalesce, exp.And, exp.Or, exp.Nullif)
 
 def _divisors(e: exp.Expression) -> list[exp.Expression]:
     """Divisors of the divisions in `e` that are always evaluated (not under CASE, COALESCE, AND, ...)."""
-    out = []
-    for node in e.walk():
-        if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)):
-            p = node.parent
-            while p is not None and not isinstance(p, _CONDITIONAL):
-                p = p.parent
-            if p is None:
-                out.append(node.expression)
-    return out
+    return [node.expression for node in e.walk()
+            if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and _always_evaluated(node)]
+
+
+def _always_evaluated(node: exp.Expr) -> bool:
+    """Whether no CASE, COALESCE, AND, ... above `node` may skip it (so a row it raises on fails)."""
+    p = node.parent
+    while p is not None and not isinstance(p, _CONDITIONAL):
+        p = p.parent
+    return p is None
 
 
 def _casts(e: exp.Expression) -> list[exp.Cast]:
@@ -703,10 +704,7 @@ def _casts(e: exp.Expression) -> list[exp.Cast]:
         if source is not None and not source.is_type(exp.DataType.Type.UNKNOWN, *_TEXT_TYPES) \
                 and not _may_overflow(source, node.to):
             continue  # e.g. a timestamp to timestamptz, an int to a double: cannot fail
-        p = node.parent
-        while p is not None and not isinstance(p, _CONDITIONAL):
-            p = p.parent
-        if p is None:
+        if _always_evaluated(node):
             out.append(node)
     return out
 
@@ -726,10 +724,30 @@ def _may_overflow(source: exp.DataType, target: exp.DataType) -> bool:
     return target.is_type(exp.DataType.Type.DECIMAL) and bool(target.expressions)
 
 
+# Integer arithmetic Spark (ANSI) raises on when the result does not fit: its TRY_ form, and
+# Postgres's name of the result type.
+_TRY_ARITHMETIC = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply"}
+_INTEGER_NAMES = {exp.DataType.Type.TINYINT: "smallint", exp.DataType.Type.SMALLINT: "smallint",
+                  exp.DataType.Type.INT: "integer", exp.DataType.Type.BIGINT: "bigint"}
+
+
+def _overflows(e: exp.Expression) -> list[tuple[exp.Binary, str]]:
+    """Integer additions, subtractions and multiplications in `e` that are always evaluated, the
+    innermost first (so a row is blamed on the first one that overflows)."""
+    out = []
+    for node in e.walk():
+        if type(node) in _TRY_ARITHMETIC and _always_evaluated(node) and isinstance(node, exp.Binary) \
+                and node.type is not None and (name := _INTEGER_NAMES.get(node.type.this)) is not None:
+            out.append((node, name))
+    return out[::-1]
+
+
 def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]:
     """What makes `e` raise on a row, as (Spark SQL condition, Spark SQL 'SQLSTATE:message'): a zero
     divisor (Postgres: 22012), a cast Spark cannot do (22P02 for text input, 22003 for a number out
-    of the target's range). The conditions use TRY_CAST, which gives NULL where CAST raises."""
+    of the target's range), integer arithmetic out of its type's range (22003). The conditions use
+    TRY_CAST and try_add & co., which give NULL where the plain forms raise; arithmetic comes last,
+    as its operands may hold a failing cast or division that an earlier condition catches."""
     out = [(f"({render(d, names)}) = 0", "'22012:division by zero'") for d in _divisors(e)]
     for cast in _casts(e):
         src = render(cast.this, names)
@@ -743,6 +761,11 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
         message = (f"CASE WHEN typeof({src}) = 'string' THEN concat('22P02:invalid input syntax for type {name}: \"', "
                    f"CAST({src} AS STRING), '\"') ELSE '22003:{name} out of range' END")
         out.append((f"(({src}) IS NOT NULL AND ({tried}) IS NULL)", message))
+    for node, type_name in _overflows(e):
+        left, right = render(node.this, names), render(node.expression, names)
+        tried = f"{_TRY_ARITHMETIC[type(node)]}({left}, {right})"
+        out.append((f"(({left}) IS NOT NULL AND ({right}) IS NOT NULL AND {tried} IS NULL)",
+                    f"'22003:{type_name} out of range'"))
     return out
 
 
