@@ -8,6 +8,8 @@ import datetime as dt
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 T0 = dt.datetime(2024, 1, 1)
 SEC = dt.timedelta(seconds=1)
@@ -94,7 +96,7 @@ def test_session_window_view_merges_sessions(conn, unique):
     cur = conn.execute(f"SELECT * FROM {v_rows}")
     assert [d.name for d in cur.description] == ["usr", "page", "ts", "window_start", "window_end"]
     queries = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
-    assert queries[v_agg][2] == queries[v_rows][2] == "running (recompute)"  # on Spark, not failed
+    assert queries[v_agg][2] == queries[v_rows][2] == "running (incremental)"  # on the pipelines, not failed
 
     # 12 is within 10 s of both 5 and 20: the two sessions of "a" become one. 115 starts a new one for "b".
     insert(("a", "/5", 12), ("b", "/2", 115))
@@ -173,6 +175,7 @@ def test_session_window_emit_on_window_close(conn, unique):
     assert conn.execute(f"SELECT * FROM {final}").fetchall() == []
     insert((2, 21))  # watermark 16 passes 15: the k=1 session is final
     assert conn.execute(f"SELECT * FROM {final}").fetchall() == [(1, at(0), at(15), 2)]
+    assert {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}[final] == "running (incremental)"
     conn.execute(f"DROP STREAM {s} CASCADE")
 
 
@@ -215,3 +218,66 @@ def test_session_window_errors(conn, unique):
     assert conn.execute(f"SELECT k, window_start FROM SESSION({s}, ts, INTERVAL '1' SECOND, k)").fetchall() == [
         (1, T0)]
     conn.execute(f"DROP STREAM {s}")
+
+
+# Sessions kept per key on the pipelines (a Session operator), against the same queries run as
+# batch SELECTs: rows join, bridge, split and leave sessions through inserts, updates of their
+# time or key, and deletes, in a table (timestamp) and a stream (timestamptz).
+SESSION_VIEWS = {
+    "rows": "SELECT * FROM SESSION({t}, ts, INTERVAL '3' SECOND, usr)",
+    "agg": "SELECT usr, window_start, window_end, count(*) AS n, min(id) AS first_id "
+           "FROM SESSION({t}, ts, INTERVAL '3' SECOND, usr) GROUP BY usr, window_start, window_end",
+    "unkeyed": "SELECT window_start, window_end, count(*) AS n FROM SESSION({t}, ts, INTERVAL '2' SECOND) "
+               "GROUP BY window_start, window_end",
+    "stream": "SELECT usr, window_start, window_end, count(*) AS n "
+              "FROM SESSION({s}, ts, INTERVAL '3' SECOND, usr) GROUP BY usr, window_start, window_end",
+}
+
+usr = st.sampled_from(["a", "b", None])
+second = st.one_of(st.integers(0, 20), st.none())
+session_op = st.one_of(
+    st.tuples(st.just("upsert"), st.integers(0, 7), usr, second),
+    st.tuples(st.just("retime"), st.integers(0, 7), second),
+    st.tuples(st.just("rekey"), st.integers(0, 7), usr),
+    st.tuples(st.just("delete"), st.integers(0, 7)),
+    st.tuples(st.just("event"), usr, second),
+)
+
+
+@pytest.fixture(scope="module")
+def session_views(server):
+    with server.connect() as c:
+        t, s = f"sess_pt_{__import__('os').getpid()}", f"sess_ps_{__import__('os').getpid()}"
+        c.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, usr TEXT, ts TIMESTAMP)")
+        c.execute(f"CREATE STREAM {s} (usr TEXT, ts TIMESTAMPTZ)")
+        names = {}
+        for name, sql in SESSION_VIEWS.items():
+            c.execute(f"CREATE MATERIALIZED VIEW {t}_{name} AS {sql.format(t=t, s=s)}")
+            names[f"{t}_{name}"] = sql.format(t=t, s=s)
+        status = {r[0]: r[2] for r in c.execute("SHOW QUERIES").fetchall()}
+        assert all(status[v] == "running (incremental)" for v in names), status
+        yield t, s, names
+        c.execute(f"DROP TABLE {t} CASCADE")
+        c.execute(f"DROP STREAM {s} CASCADE")
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(rounds=st.lists(st.lists(session_op, min_size=1, max_size=8), min_size=1, max_size=3))
+def test_session_views_equal_batch_recomputation(conn, session_views, rounds):
+    t, s, names = session_views
+    for batch in rounds:
+        for o in batch:
+            when = None if o[0] in ("rekey", "delete") or o[-1] is None else at(o[-1])
+            if o[0] == "upsert":
+                conn.execute(f"INSERT INTO {t} VALUES (%s, %s, %s)", (o[1], o[2], when))
+            elif o[0] == "retime":
+                conn.execute(f"UPDATE {t} SET ts = %s WHERE id = %s", (when, o[1]))
+            elif o[0] == "rekey":
+                conn.execute(f"UPDATE {t} SET usr = %s WHERE id = %s", (o[2], o[1]))
+            elif o[0] == "delete":
+                conn.execute(f"DELETE FROM {t} WHERE id = %s", (o[1],))
+            else:
+                conn.execute(f"INSERT INTO {s} VALUES (%s, %s)",
+                             (o[1], None if when is None else when.replace(tzinfo=dt.UTC)))
+        check_views(conn, names)

@@ -241,3 +241,51 @@ def test_topn_equals_recomputation(harness: Harness, case: tuple[bool, int, int,
             for item in ordered[offset:offset + limit]:
                 expected[json.dumps(list(item))] += 1
         assert total == expected
+
+
+# ---- session windows per partition -----------------------------------------------------------
+
+def _sessions_expected(rows: Counter[tuple[str, int | None, int]], gap: int) -> Counter[Any]:
+    """Each row with its session's bounds, the way SESSION(...) defines them (windows.py)."""
+    out: Counter[Any] = Counter()
+    for p in {item[0] for item, c in rows.items() if c > 0}:
+        items = sorted((item for item, c in rows.items() if c > 0 and item[0] == p and item[1] is not None),
+                       key=lambda it: it[1])
+        runs: list[list[tuple[str, int | None, int]]] = []
+        for item in items:
+            if runs and item[1] - runs[-1][-1][1] <= gap:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        bounds = {item: (run[0][1], run[-1][1] + gap) for run in runs for item in run}
+        for item, c in rows.items():
+            if c > 0 and item[0] == p:
+                start, end = bounds.get(item, (None, None))
+                out[json.dumps({"p": item[0], "t": item[1], "i": item[2], "ws": start, "we": end},
+                               sort_keys=True)] += c
+    return out
+
+
+@st.composite
+def session_changes(draw: st.DrawFn) -> tuple[int, list[list[tuple[Any, int]]]]:
+    gap = draw(st.sampled_from([0, 1, 3]))
+    make = lambda d: (d(st.sampled_from("pq")), d(st.none() | st.integers(0, 20)), d(st.integers(0, 2)))  # noqa: E731
+    return gap, _batches(draw, make, n_batches=8, n_changes=10)
+
+
+@SETTINGS
+@given(session_changes())
+def test_session_equals_recomputation(harness: Harness, case: tuple[int, list[list[tuple[Any, int]]]]) -> None:
+    """Sessions merge when a row bridges two, split when it goes, and equal times share one."""
+    gap, batches = case
+    harness.spec([{"id": 5, "kind": "session", "gap": gap, "bounds": ["ws", "we"]}])
+    rows: Counter[Any] = Counter()
+    total: Counter[Any] = Counter()
+    for batch in batches:
+        recs = [[5, 0, p, json.dumps({"p": p, "t": t, "i": i}), None, [None if t is None else str(t)], w]
+                for (p, t, i), w in batch]
+        out, _ = harness.batch(recs)
+        for item, w in batch:
+            rows[item] += w
+        _accumulate(total, out, lambda r: json.dumps(json.loads(r[3]), sort_keys=True))
+        assert total == _sessions_expected(rows, gap)

@@ -100,3 +100,32 @@ def test_sessions_on_the_embedded_engine() -> None:
     got = _run("SELECT k, window_start, window_end, count(*) FROM SESSION(ev, ts, INTERVAL '10.5 seconds', k) "
                "WHERE ts IS NOT NULL GROUP BY 1, 2, 3", rows)
     assert got == sorted([(1, at(0), at(41), 4), (2, at(10), at(20.5), 2), (None, at(0), at(15.5), 2)], key=repr)
+
+
+def test_session_views_get_a_session_operator() -> None:
+    """A view over SESSION(...) is kept per key by a Session node (not recomputed as its window
+    functions), keyed or not, with `*`, and under an aggregate; other window functions are not."""
+    from streamdb.planner.dataflow import Session, view_strategy
+
+    def strategy(sql: str):
+        p = plan(sql)
+        return view_strategy(p.resolved_sql, p.inputs, CTX.catalog, tuple(c.name for c in p.columns))
+
+    for sql in ("SELECT * FROM SESSION(ev, ts, INTERVAL '10' SECOND, k)",
+                "SELECT window_start, count(*) FROM SESSION(visits, ts, INTERVAL '1.5' SECOND) GROUP BY window_start",
+                "SELECT s.v, s.window_end FROM SESSION(ev, ts, INTERVAL '1' MINUTE, k, v) AS s WHERE s.v > 1"):
+        found = strategy(sql)
+        assert found.label == "incremental", (sql, found.reason)
+        assert found.dataflow is not None
+        sessions = [n for n in found.dataflow.nodes() if isinstance(n, Session)]
+        assert len(sessions) == 1
+    keyed = next(n for n in strategy("SELECT * FROM SESSION(ev, ts, INTERVAL '10' SECOND, k, v)").dataflow.nodes()
+                 if isinstance(n, Session))
+    assert keyed.gap_micros == 10_000_000 and len(keyed.partition) == 2
+    assert next(n for n in strategy("SELECT * FROM SESSION(visits, ts, INTERVAL '1.5' SECOND)").dataflow.nodes()
+                if isinstance(n, Session)).gap_micros == 1_500_000
+    # The same window functions written by hand are not a SESSION: recomputed, with the reason.
+    manual = strategy("SELECT k, lag(ts) OVER (PARTITION BY k ORDER BY ts) AS prev FROM ev")
+    assert manual.label == "recompute" or not any(isinstance(n, Session) for n in manual.dataflow.nodes())
+    # `x.*` over a subquery is its columns.
+    assert strategy("SELECT * FROM (SELECT k, v FROM ev WHERE v > 1) AS x").label == "incremental"

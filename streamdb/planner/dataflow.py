@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from streamdb.catalog import CatalogSnapshot
 from streamdb.planner.plans import RelationInput
+from streamdb.planner.windows import SessionShape, session_shape
 
 ROWTIME = "rowtime"
 ROWKEY = "__rowkey"
@@ -189,7 +190,28 @@ class Recompute(Node):
         return f"Recompute per partition {keys} ({self.why}): {self.query.sql(dialect='postgres')}"
 
 
-STATEFUL = (Join, Reduce, TopN, Recompute)
+@dataclass(frozen=True, eq=False)
+class Session(Node):
+    """SESSION windows per partition: each input row with the bounds of its session (a key's rows
+    whose times, in order, are at most `gap_micros` apart; start = the first time, end = the last
+    plus the gap; a NULL time is a session of its own with NULL bounds). `columns` = the input's,
+    then window_start and window_end."""
+
+    input: Node = field(default=None)  # type: ignore[assignment]
+    partition: tuple[exp.Expression, ...] = ()
+    ts: exp.Expression = field(default=None)  # type: ignore[assignment]
+    gap_micros: int = 0
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        keys = ", ".join(p.sql(dialect="postgres") for p in self.partition) or "()"
+        return (f"Session per partition {keys} by {self.ts.sql(dialect='postgres')}, gap "
+                f"{self.gap_micros / 1_000_000:g} s (the touched partitions' sessions)")
+
+
+STATEFUL = (Join, Reduce, TopN, Recompute, Session)
 PARTITION_TABLE = "__p"
 
 
@@ -425,12 +447,27 @@ class Lowering:
             scan = Scan(cols, inp.relation_id, tuple(names), relation_append_only(rel))
             return scan, {(alias, _norm(n)): c for n, c in zip(names, cols, strict=True)}
         if isinstance(item, exp.Subquery):
-            node, names = self.query(item.this)
+            shape = session_shape(item.this)
+            node, names = self.session(shape) if shape is not None else self.query(item.this)
             col_aliases = [_norm(c.name) for c in item.args["alias"].columns] if item.args.get("alias") and \
                 item.args["alias"].columns else []
             shown = col_aliases + [_norm(n) for n in names[len(col_aliases):]]
             return node, {(alias, n): c for n, c in zip(shown, node.columns, strict=True)}
         raise Unsupported(f"FROM {type(item).__name__}")
+
+    def session(self, shape: SessionShape) -> tuple[Node, list[str]]:
+        """SESSION(...) as a Session node over its relation (not as its window functions)."""
+        scan, env = self.from_item(shape.source)
+        ts = self.rewrite(shape.ts, env)
+        keys = tuple(self.rewrite(k, env) for k in shape.keys)
+        bounds = (self.fresh(), self.fresh())
+        node = Session((*scan.columns, *bounds), scan, keys, ts, shape.gap_micros)
+        alias = _norm(shape.source.alias_or_name)
+        if any((alias, _norm(c)) not in env for c in shape.columns):
+            raise Unsupported("a SESSION column the relation does not have")
+        shown = [_col(env[(alias, _norm(c))]) for c in shape.columns]
+        outs = tuple(self.fresh() for _ in range(len(shown) + 2))
+        return Map(outs, node, (*shown, *(_col(b) for b in bounds))), [*shape.columns, "window_start", "window_end"]
 
     def from_clause(self, s: exp.Select) -> tuple[Node, Env]:
         frm = s.args.get("from_") or s.args.get("from")
@@ -536,8 +573,9 @@ class Lowering:
             pred = _and(rest)
             if pred is not None:
                 node = Filter(node.columns, node, pred)
-        exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in s.expressions]
-        names = [e.alias_or_name for e in s.expressions]
+        items = _expand_stars(s.expressions, env)
+        exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in items]
+        names = [e.alias_or_name for e in items]
         having = s.args.get("having")
         group = s.args.get("group")
         has_agg = any(_bare_aggregate(n) for e in exprs for n in e.walk()) or (
@@ -766,6 +804,24 @@ class Lowering:
 
         query = query.transform(fix)
         return Recompute(tuple(self.fresh() for _ in s.expressions), node, tuple(partition), query, why)
+
+
+def _expand_stars(items: list[exp.Expression], env: Env) -> list[exp.Expression]:
+    """`x.*` (what qualifying leaves of `SELECT *` over a subquery) as x's columns in order; a bare
+    `*` likewise when the FROM has one name. ROWTIME is never in `*`."""
+    out: list[exp.Expression] = []
+    for e in items:
+        star = isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+        if not star:
+            out.append(e)
+            continue
+        aliases = {a for a, _ in env}
+        alias = _norm(e.table) if isinstance(e, exp.Column) and e.table else next(iter(aliases)) \
+            if len(aliases) == 1 else None
+        if alias is None or alias not in aliases:
+            raise Unsupported("* over several relations")
+        out.extend(exp.column(c, table=a, quoted=True) for a, c in env if a == alias and c != "rowtime")
+    return out
 
 
 def _equalities_to_keys(node: Node, conjuncts: list[exp.Expression]) -> tuple[Node, list[exp.Expression]]:

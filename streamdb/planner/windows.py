@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -201,6 +202,80 @@ def _session_subquery(call: exp.Anonymous, alias: exp.TableAlias | None, ctx: Pl
     third = exp.select(*(col(c) for c in columns), exp.alias_(start, "window_start"),
                        exp.alias_(end, "window_end")).from_(subquery(second, "w_session"))
     return exp.Subquery(this=third, alias=alias or exp.TableAlias(this=exp.to_identifier(rel_name)))
+
+
+@dataclass(frozen=True)
+class SessionShape:
+    """What a SESSION(...) subquery (`_session_subquery`) computes, read back from its resolved form
+    so that the dataflow can keep sessions per key instead of running its window functions."""
+
+    source: exp.Table  # the relation read, with its alias
+    columns: tuple[str, ...]  # the result's columns before window_start and window_end
+    ts: exp.Column  # the time column, over `source`
+    keys: tuple[exp.Column, ...]  # the partition key columns, over `source`
+    gap_micros: int
+
+
+def session_shape(q: exp.Expression) -> SessionShape | None:
+    """The SESSION(...) that `q` (a resolved, qualified SELECT) is the expansion of, or None. Only
+    the expansion's exact shape matches: its helper columns, window functions and nesting."""
+    outer = _aliases(q)
+    if outer is None or list(outer)[-2:] != ["window_start", "window_end"]:
+        return None
+    start, end = outer["window_start"], outer["window_end"]
+    if not (isinstance(start, exp.Window) and isinstance(start.this, exp.Min) and _is(start.this.this, _TS)
+            and isinstance(end, exp.Add) and isinstance(end.this, exp.Window) and isinstance(end.this.this, exp.Max)
+            and _is(end.this.this.this, _TS) and isinstance(end.expression, exp.Interval)):
+        return None
+    columns = list(outer)[:-2]
+    if not all(isinstance(outer[c], exp.Column) and _is(outer[c], c) for c in columns):
+        return None
+    middle = _aliases(_from_subquery(q))
+    if middle is None or _SID not in middle:
+        return None
+    inner_select = _from_subquery(_from_subquery(q))
+    inner = _aliases(inner_select)
+    if inner is None or _PREV not in inner or _TS not in inner:
+        return None
+    lag, ts = inner[_PREV], inner[_TS]
+    if not (isinstance(lag, exp.Window) and isinstance(lag.this, exp.Lag) and isinstance(ts, exp.Column)):
+        return None
+    assert isinstance(inner_select, exp.Select)  # _aliases took it: a SELECT without joins
+    frm = inner_select.args.get("from_") or inner_select.args.get("from")
+    source = frm.this if frm is not None else None
+    if not isinstance(source, exp.Table):
+        return None
+    keys = lag.args.get("partition_by") or []
+    if not all(isinstance(k, exp.Column) for k in keys):
+        return None
+    micros = round(interval_seconds(end.expression, "gap") * 1_000_000)
+    return SessionShape(source, tuple(columns), ts, tuple(keys), micros)
+
+
+def _is(node: exp.Expression, name: str) -> bool:
+    return isinstance(node, exp.Column) and normalize(node.name) == normalize(name)
+
+
+def _aliases(q: exp.Expression | None) -> dict[str, exp.Expression] | None:
+    """A plain SELECT's list by output name (None if it is not a SELECT of named expressions with
+    nothing but a FROM)."""
+    if not isinstance(q, exp.Select) or any(q.args.get(a) for a in ("where", "group", "having", "joins", "order",
+                                                                     "limit", "offset", "distinct", "qualify")):
+        return None
+    out: dict[str, exp.Expression] = {}
+    for e in q.expressions:
+        if isinstance(e, exp.Alias):
+            out[normalize(e.alias)] = e.this
+        elif isinstance(e, exp.Column):
+            out[normalize(e.name)] = e
+        else:
+            return None
+    return out
+
+
+def _from_subquery(q: exp.Expression | None) -> exp.Expression | None:
+    frm = q.args.get("from_") or q.args.get("from") if isinstance(q, exp.Select) else None
+    return frm.this.this if frm is not None and isinstance(frm.this, exp.Subquery) else None
 
 
 def expand_window_functions(ast: exp.Expression, ctx: PlanContext) -> None:

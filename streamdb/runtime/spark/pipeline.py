@@ -469,9 +469,12 @@ class _Compiler:
                     column = f"{prefix}_a{i - ngroup}"
                     decode.setdefault(column, f"CASE WHEN op = {carrier} THEN {template.format(f'a[{i - ngroup}]')} END")
                     names[col] = column
-        else:  # a TopN's rows, or a Scan's carried up by PASS ops
-            key = (frontier, 0) if isinstance(frontier, D.TopN) else frontier
+        else:  # a TopN's or a Session's rows, or a Scan's carried up by PASS ops
+            key = (frontier, 0) if isinstance(frontier, (D.TopN, D.Session)) else frontier
             schema = self.schemas[key]
+            if isinstance(frontier, D.Session):  # each row with its session's bounds appended
+                bound = self.schemas[(frontier, "bound")]
+                schema = [*schema, *((c, bound) for c in frontier.columns[-2:])]
             struct(prefix, "row", schema)
             for i, (n, _) in enumerate(schema):
                 names[n] = field(prefix, schema, i)
@@ -506,6 +509,10 @@ class _Compiler:
         elif isinstance(consumer, D.Recompute):
             for i, k in enumerate(consumer.partition):
                 value(f"k{i}", k)
+        elif isinstance(consumer, D.Session):
+            for i, k in enumerate(consumer.partition):
+                value(f"k{i}", k)
+            value("x0", consumer.ts)
         arm.fields["w"] = "__w" if isinstance(p.frontier, D.Scan) and b == 0 else "w"
         asts = [*p.exprs, *(substitute(e, defs) for e in _value_asts(consumer, side))]
         err = _row_errors(p.cond, asts, names)
@@ -620,6 +627,13 @@ class _Compiler:
                 arm.fields["a"] = f"array({', '.join(args)})"
         elif isinstance(consumer, D.Recompute):
             arm.fields["row"] = row
+        elif isinstance(consumer, D.Session):
+            arm.fields["row"] = row
+            encoded, code, _, _ = _arg_codec("min", arm.types["x0"], arm.values["x0"])
+            if code != "long":
+                raise FeatureNotSupported(f"internal: a session time of type {arm.types['x0']}")
+            arm.fields["a"] = f"array({encoded})"
+            self.schemas[(consumer, "bound")] = arm.types["x0"]
         self._add_op(consumer, _node_kind(consumer), self._node_spec(consumer, child))
 
     def _node_spec(self, node: Any, child: D.Node | None) -> dict[str, Any]:
@@ -638,6 +652,8 @@ class _Compiler:
                 order.append({"arg": arg, "type": code, "desc": key.desc, "nulls_first": key.nulls_first})
             return {"limit": -1 if node.limit is None else node.limit, "offset": node.offset, "order": order,
                     "append_only": D.append_only(node.input)}
+        if isinstance(node, D.Session):
+            return {"gap": node.gap_micros, "bounds": list(node.columns[-2:])}
         return {}
 
     def _add_op(self, node: Any, kind: str, spec: dict[str, Any]) -> None:
@@ -672,6 +688,8 @@ def _value_asts(consumer: Any, side: int) -> list[exp.Expression]:
         return [*consumer.partition, *(k.expr for k in consumer.order)]
     if isinstance(consumer, D.Recompute):
         return list(consumer.partition)
+    if isinstance(consumer, D.Session):
+        return [*consumer.partition, consumer.ts]
     return []
 
 
@@ -792,7 +810,7 @@ def _needs_seed(n: D.Node) -> bool:
 
 
 def _node_kind(n: Any) -> str:
-    return {D.Join: "join", D.Reduce: "reduce", D.TopN: "topn", D.Recompute: "arrange"}[type(n)]
+    return {D.Join: "join", D.Reduce: "reduce", D.TopN: "topn", D.Recompute: "arrange", D.Session: "session"}[type(n)]
 
 
 def _row_json(columns: tuple[str, ...], exprs: list[str], types: list[str]) -> str:

@@ -43,6 +43,9 @@ public final class Operators {
       case ARRANGE:
         arrange(s, key, in, st, out);
         break;
+      case SESSION:
+        session(s, key, in, st, out);
+        break;
       default:
         while (in.hasNext()) {
           out.add(in.next());
@@ -645,6 +648,115 @@ public final class Operators {
     } catch (Exception e) {
       throw new IllegalStateException("corrupt state: " + e.getMessage(), e);
     }
+  }
+
+  // ---- session: session windows per partition ---------------------------------------------
+
+  /** A row of a session partition: its JSON text, count and time (micros; null for a NULL time). */
+  private static final class Timed {
+    final String row;
+    final long count;
+    final Long ts;
+
+    Timed(String row, long count, Long ts) {
+      this.row = row;
+      this.count = count;
+      this.ts = ts;
+    }
+  }
+
+  /**
+   * The partition's rows with their counts and times, kept by row (`texts`: row -> [count, time]).
+   * A batch that touches the partition recomputes its sessions before and after its changes and
+   * emits the difference: each row with its session's bounds appended (a session is a run of rows
+   * whose times, in order, are at most the gap apart; start = the first time, end = the last plus
+   * the gap; a NULL time is a session of its own with NULL bounds). Rows whose session did not
+   * change net to nothing. Cost: the touched partition's rows, sorted once per batch.
+   */
+  static void session(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
+    Map<String, Long> delta = new LinkedHashMap<>();
+    Map<String, String> timeOf = new HashMap<>();
+    while (in.hasNext()) {
+      Rec r = in.next();
+      if (r.w != 0 && r.row != null) {
+        delta.merge(r.row, r.w, Long::sum);
+        timeOf.putIfAbsent(r.row, r.arg(0));
+      }
+    }
+    delta.values().removeIf(w -> w == 0);
+    if (delta.isEmpty()) {
+      return;
+    }
+    Map<String, Timed> rows = new HashMap<>();
+    for (Iterator<Map.Entry<String, String>> it = st.texts(); it.hasNext(); ) {
+      Map.Entry<String, String> e = it.next();
+      String[] parsed = parseStrings(e.getValue());
+      rows.put(e.getKey(), new Timed(e.getKey(), Long.parseLong(parsed[0]),
+                                     parsed[1] == null ? null : Long.parseLong(parsed[1])));
+    }
+    Map<String, Long> diff = new HashMap<>();
+    sessions(s, rows.values(), -1, diff);
+    for (Map.Entry<String, Long> e : delta.entrySet()) {
+      String row = e.getKey();
+      Timed old = rows.get(row);
+      long count = (old == null ? 0 : old.count) + e.getValue();
+      String time = old != null ? (old.ts == null ? null : Long.toString(old.ts)) : timeOf.get(row);
+      if (count == 0) {
+        rows.remove(row);
+        st.removeText(row);
+      } else {
+        rows.put(row, new Timed(row, count, time == null ? null : Long.parseLong(time)));
+        st.putText(row, strings(new String[] {Long.toString(count), time}));
+      }
+    }
+    sessions(s, rows.values(), 1, diff);
+    for (Map.Entry<String, Long> e : diff.entrySet()) {
+      if (e.getValue() != 0) {
+        out.add(new Rec(s.id, 0, key, e.getKey(), null, null, e.getValue()));
+      }
+    }
+  }
+
+  /** Adds each row (count > 0) with its session's bounds to `acc`, times `sign`. */
+  private static void sessions(Spec.Op s, java.util.Collection<Timed> rows, long sign, Map<String, Long> acc) {
+    List<Timed> timed = new ArrayList<>();
+    for (Timed t : rows) {
+      if (t.count <= 0) {
+        continue;
+      }
+      if (t.ts == null) {
+        acc.merge(withBounds(s, t.row, null, null), sign * t.count, Long::sum);
+      } else {
+        timed.add(t);
+      }
+    }
+    timed.sort(Comparator.comparingLong((Timed t) -> t.ts));
+    int i = 0;
+    while (i < timed.size()) {
+      int j = i + 1;
+      while (j < timed.size() && timed.get(j).ts - timed.get(j - 1).ts <= s.gapMicros) {
+        j++;
+      }
+      Long start = timed.get(i).ts;
+      Long end = timed.get(j - 1).ts + s.gapMicros;
+      for (int x = i; x < j; x++) {
+        acc.merge(withBounds(s, timed.get(x).row, start, end), sign * timed.get(x).count, Long::sum);
+      }
+      i = j;
+    }
+  }
+
+  /** A row's JSON object with the session's bounds as two more fields (micros, as rows carry times). */
+  static String withBounds(Spec.Op s, String row, Long start, Long end) {
+    StringBuilder b = new StringBuilder(row.length() + 48);
+    String body = row.substring(0, row.lastIndexOf('}'));
+    b.append(body);
+    if (!body.trim().equals("{")) {
+      b.append(',');
+    }
+    b.append(s.startKey).append(start == null ? "null" : start.toString());
+    b.append(',').append(s.endKey).append(end == null ? "null" : end.toString()).append('}');
+    return b.toString();
   }
 
   // ---- arrange: a partition's old and new contents, for queries recomputed per partition ----

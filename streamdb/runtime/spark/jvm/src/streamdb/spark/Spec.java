@@ -12,7 +12,7 @@ import java.util.Map;
 public final class Spec implements Serializable {
   private static final long serialVersionUID = 1L;
 
-  public enum Kind { JOIN, REDUCE, TOPN, ARRANGE, PASS }
+  public enum Kind { JOIN, REDUCE, TOPN, ARRANGE, SESSION, PASS }
 
   /** One aggregate of a REDUCE operator. */
   public static final class Agg implements Serializable {
@@ -56,9 +56,12 @@ public final class Spec implements Serializable {
     public final long limit;                // TOPN: -1 for none
     public final long offset;               // TOPN
     public final List<SortKey> order;       // TOPN
+    public final long gapMicros;            // SESSION: the gap that ends a session
+    public final String startKey;           // SESSION: the window_start field of an output row, as JSON `"name":`
+    public final String endKey;             // SESSION: the window_end field
 
     Op(int id, Kind kind, String joinType, List<Agg> aggs, boolean global, boolean appendOnly, long limit,
-       long offset, List<SortKey> order) {
+       long offset, List<SortKey> order, long gapMicros, String startKey, String endKey) {
       this.id = id;
       this.kind = kind;
       this.joinType = joinType;
@@ -68,6 +71,9 @@ public final class Spec implements Serializable {
       this.limit = limit;
       this.offset = offset;
       this.order = order;
+      this.gapMicros = gapMicros;
+      this.startKey = startKey;
+      this.endKey = endKey;
     }
 
     boolean leftOuter() {
@@ -110,9 +116,12 @@ public final class Spec implements Serializable {
           order.add(new SortKey(o.path("arg").asInt(), ValueType.of(o.path("type").asText()),
                                 o.path("desc").asBoolean(false), o.path("nulls_first").asBoolean(false)));
         }
+        ObjectMapper m = new ObjectMapper();
+        String startKey = m.writeValueAsString(n.path("bounds").path(0).asText("window_start")) + ":";
+        String endKey = m.writeValueAsString(n.path("bounds").path(1).asText("window_end")) + ":";
         ops.put(id, new Op(id, kind, n.path("join").asText("inner"), aggs, n.path("global").asBoolean(false),
                            n.path("append_only").asBoolean(false), n.path("limit").asLong(-1),
-                           n.path("offset").asLong(0), order));
+                           n.path("offset").asLong(0), order, n.path("gap").asLong(0), startKey, endKey));
       }
       return new Spec(ops);
     } catch (Exception e) {
