@@ -9,16 +9,23 @@ Three materialized views (issue 13), on one StreamDB server (real Spark, local[2
             WHERE rn <= 3
   minmax    min/max over a table with deletes:
             SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp
+  session   session windows per user over a stream of clicks (1,000 users), counted per session:
+            SELECT u, window_start, window_end, count(*) AS n
+            FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end
 
 The stream `ev` and the table `tt` grow to each size in --sizes (cumulative, by COPY; 1% of the
 table's rows are deleted at each step; the table stops at --table-cap rows, 1M by default, because
 each DELETE on a StreamDB table costs O(table) today, issue 14); `dim` holds 1,000 keys in 50 groups. At each size, after
 FLUSH, --probes single changes are made one at a time and timed from acknowledgement until the
-view shows them (polled every 20 ms): a new event for join_agg, a new top value for topn, and for
-minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case).
+view shows them (polled every 20 ms): a new event for join_agg, a new top value for topn, for
+minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case), and
+for session a click that starts a new session for a user (the user's sessions are recomputed
+from all their clicks: size / 1,000 of them). The stream `clicks` gets as many rows as `ev`, one
+second apart in event time.
 
 Named peer, in the same run: PostgreSQL 15 (started by bench/pgserver.py) holding the same data
-as plain tables, with the same three queries as materialized views; after the same change,
+as plain tables, with the same queries as materialized views (session: SESSION's window
+functions written out, as the planner expands it); after the same change,
 `REFRESH MATERIALIZED VIEW` is timed (PostgreSQL recomputes a materialized view from all its
 data). Also reported: the server's and Spark JVM's resident memory (RSS) at each size, and how
 long each load took to be reflected (COPY + the views catching up).
@@ -26,12 +33,14 @@ long each load took to be reflected (COPY + the views catching up).
 Figures, never assertions. Results: bench/results/view_growth.json and a Markdown table on stdout.
 
     .venv/bin/python bench/view_growth.py [--sizes 10000,100000,1000000,10000000] [--probes 5]
-        [--no-postgres] [--spark-master local[2]] [--table-cap N]
+        [--no-postgres] [--spark-master local[2]] [--table-cap N] [--views join_agg,topn,minmax,session]
+        [--out bench/results/view_growth.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import io
 import json
 import os
@@ -65,7 +74,20 @@ VIEWS = {
     "topn": "SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM ev) q "
             "WHERE rn <= 3",
     "minmax": "SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp",
+    "session": "SELECT u, window_start, window_end, count(*) AS n "
+               "FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end",
 }
+# PostgreSQL has no SESSION(): the same query as the window functions the planner expands it to.
+PG_VIEWS = {**VIEWS, "session": (
+    "SELECT u, window_start, window_end, count(*) AS n FROM ("
+    " SELECT u, min(ts) OVER (PARTITION BY u, sid) AS window_start,"
+    " max(ts) OVER (PARTITION BY u, sid) + INTERVAL '60 seconds' AS window_end FROM ("
+    "  SELECT u, ts, sum(CASE WHEN prev IS NULL OR ts > prev + INTERVAL '60 seconds' THEN 1 ELSE 0 END)"
+    "  OVER (PARTITION BY u ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS sid FROM ("
+    "   SELECT u, ts, lag(ts) OVER (PARTITION BY u ORDER BY ts) AS prev FROM clicks) a) b) c "
+    "GROUP BY u, window_start, window_end")}
+USERS = 1000
+T0 = dt.datetime(2024, 1, 1)
 
 
 def log(msg: str) -> None:
@@ -116,6 +138,12 @@ class Data:
         self.table_rows = 0  # ids 0 .. table_rows - 1 were inserted
         self.deleted: set[int] = set()
         self.top = 10**9  # values above every loaded value, for probes
+        self.clicks = 0
+
+    def click_rows(self, n: int) -> list[tuple[int, dt.datetime]]:
+        rows = [(self.rng.randrange(USERS), T0 + dt.timedelta(seconds=self.clicks + i)) for i in range(n)]
+        self.clicks += n
+        return rows
 
     def event_rows(self, n: int) -> list[tuple[int, int]]:
         rows = [(self.rng.randrange(KEYS), self.rng.randrange(1_000_000)) for _ in range(n)]
@@ -128,15 +156,22 @@ class Data:
         return rows
 
 
-def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_cap: int) -> None:
+def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_cap: int, views: list[str]) -> None:
     chunk = 200_000
-    remaining = size - data.events
+    if "session" in views:
+        while data.clicks < size:
+            rows = data.click_rows(min(chunk, size - data.clicks))
+            for c in systems:
+                copy_rows(c, "clicks", "u, ts", rows)
+    remaining = size - data.events if {"join_agg", "topn"} & set(views) else 0
     while remaining > 0:
         n = min(chunk, remaining)
         rows = data.event_rows(n)
         for c in systems:
             copy_rows(c, "ev", "k, v", rows)
         remaining -= n
+    if "minmax" not in views:
+        return
     size = min(size, table_cap)
     if size <= data.table_rows:
         return
@@ -175,6 +210,13 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             target = before + data.top
             check_sql, check = (f"SELECT total FROM {view} WHERE grp = '{grp}'",
                                 lambda rows, t=target: bool(rows) and rows[0][0] == t)
+        elif view == "session":
+            u = data.rng.randrange(USERS)
+            data.clicks += 3600  # an hour after every click so far: a new session of its own
+            start = T0 + dt.timedelta(seconds=data.clicks)
+            change = ("INSERT INTO clicks (u, ts) VALUES (%s, %s)", (u, start))
+            check_sql, check = (f"SELECT n FROM {view} WHERE u = {u} AND window_start = '{start.isoformat(sep=' ')}'",
+                                lambda rows: rows == [(1,)])
         elif view == "topn":
             k = data.rng.randrange(KEYS)
             data.top += 1
@@ -221,13 +263,19 @@ def main() -> None:
     ap.add_argument("--probes", type=int, default=5)
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--spark-master", default="local[2]")
+    ap.add_argument("--views", default=",".join(VIEWS), help="which of the views, comma-separated")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the results' JSON file")
     ap.add_argument("--table-cap", type=int, default=1_000_000,
                     help="rows at most in the table tt: a DELETE on a StreamDB table rebuilds the table's "
                          "ad hoc read cache (O(table) per statement, issue 14), which is not what is measured")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    views = [v for v in args.views.split(",") if v]
+    unknown = set(views) - set(VIEWS)
+    if unknown:
+        ap.error(f"unknown views: {', '.join(sorted(unknown))}")
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-                               "sizes": sizes, "steps": []}
+                               "sizes": sizes, "views": views, "steps": []}
     with tempfile.TemporaryDirectory(prefix="streamdb-growth-") as tmp:
         server = Server(Path(tmp), args.spark_master)
         pgs = None if args.no_postgres else PostgresServer()
@@ -242,41 +290,43 @@ def main() -> None:
             sdb.execute("CREATE STREAM ev (k BIGINT, v BIGINT)")
             sdb.execute("CREATE TABLE dim (id BIGINT PRIMARY KEY, grp TEXT)")
             sdb.execute("CREATE TABLE tt (id BIGINT PRIMARY KEY, grp BIGINT, v BIGINT)")
+            sdb.execute("CREATE STREAM clicks (u BIGINT, ts TIMESTAMP)")
             if pg is not None:
+                pg.execute("CREATE TABLE clicks (u BIGINT, ts TIMESTAMP)")
                 pg.execute("CREATE TABLE ev (k BIGINT, v BIGINT)")
                 pg.execute("CREATE TABLE dim (id BIGINT PRIMARY KEY, grp TEXT)")
                 pg.execute("CREATE TABLE tt (id BIGINT PRIMARY KEY, grp BIGINT, v BIGINT)")
             for c in [x for x in (sdb, pg) if x is not None]:
                 copy_rows(c, "dim", "id, grp", dim)
             data = Data(42)
-            load([x for x in (sdb, pg) if x is not None], data, sizes[0], args.table_cap)
-            for name, sql in VIEWS.items():
+            load([x for x in (sdb, pg) if x is not None], data, sizes[0], args.table_cap, views)
+            for name in views:
                 t = time.monotonic()
-                sdb.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+                sdb.execute(f"CREATE MATERIALIZED VIEW {name} AS {VIEWS[name]}")
                 log(f"created {name} in {time.monotonic() - t:.1f} s")
                 if pg is not None:
-                    pg.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+                    pg.execute(f"CREATE MATERIALIZED VIEW {name} AS {PG_VIEWS[name]}")
             for size in sizes:
                 t = time.monotonic()
-                load([x for x in (sdb, pg) if x is not None], data, size, args.table_cap)
+                load([x for x in (sdb, pg) if x is not None], data, size, args.table_cap, views)
                 loaded = time.monotonic() - t
                 sdb.execute("FLUSH")
                 reflected = time.monotonic() - t
                 if pg is not None:
-                    for name in VIEWS:
+                    for name in views:
                         pg.execute(f"REFRESH MATERIALIZED VIEW {name}")
                 log(f"{size:,} events ({data.table_rows:,} table rows): loaded in {loaded:.1f} s, reflected in {reflected:.1f} s")
                 step: dict[str, Any] = {"size": size, "table_rows": data.table_rows, "load_s": round(loaded, 1), "reflected_s": round(reflected, 1),
                                         "memory": rss_mib(server.proc.pid), "views": {}}
-                for name in VIEWS:
+                for name in views:
                     step["views"][name] = probe(sdb, pg, data, name, args.probes)
                     log(f"  {name}: {step['views'][name]}")
                 status = {r[0]: (r[2], r[6]) for r in sdb.execute("SHOW QUERIES").fetchall()}
                 step["status"] = status
                 step["memory_after"] = rss_mib(server.proc.pid)
                 results["steps"].append(step)
-                RESULTS.parent.mkdir(parents=True, exist_ok=True)
-                RESULTS.write_text(json.dumps(results, indent=2, default=str))
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(results, indent=2, default=str))
         finally:
             server.stop()
             if pgs is not None:
@@ -288,11 +338,12 @@ def report(results: dict[str, Any]) -> str:
     steps = results["steps"]
     if not steps:
         return "no results"
-    base = {name: steps[0]["views"][name]["streamdb_median_ms"] for name in VIEWS}
+    views = results.get("views", list(VIEWS))
+    base = {name: steps[0]["views"][name]["streamdb_median_ms"] for name in views}
     lines = ["| rows | view | StreamDB median ms | of which the statement | vs 10k | PostgreSQL REFRESH ms | "
              "StreamDB / PostgreSQL | server RSS MiB | Spark RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for s in steps:
-        for name in VIEWS:
+        for name in views:
             v = s["views"][name]
             pgm = v.get("postgres_median_ms")
             lines.append(f"| {s['size']:,} | {name} | {v['streamdb_median_ms']:.0f} | {v.get('ack_median_ms', 0):.0f} | "
