@@ -385,8 +385,12 @@ class _Compiler:
         self._probe(frame, arms)
         for arm in arms:
             self._encode(arm, b)
-        choose = F.array(*[F.expr(f"CASE WHEN {a.cond} THEN {i} END") for i, a in enumerate(arms)])
-        routed = frame.select("*", F.explode(choose).alias("__arm")).where("__arm IS NOT NULL")
+        # The arms a row takes, without the NULLs of those it does not: exploding the whole array
+        # and filtering after made one projection of every column per row and ARM (all views),
+        # 170 per row with 83 views, and most of a many-view pipeline's time.
+        choose = F.filter(F.array(*[F.expr(f"CASE WHEN {a.cond} THEN {i} END") for i, a in enumerate(arms)]),
+                          lambda arm: arm.isNotNull())
+        routed = frame.select("*", F.explode(choose).alias("__arm"))
         if b == self.depth:
             names = ["__view", "__w", "__side", "__k", "__row", "__err",
                      *(c for s in self.sink.values() for c in s.columns)]
