@@ -29,6 +29,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,6 +216,7 @@ class _Compiler:
         self._next_of: dict[int, int] = {}  # view -> its next free operator slot
         # (view, layer) -> the PASS op carrying the view's error rows into that layer.
         self.err_pass: dict[tuple[int, int], int] = {}
+        self._slot_types: dict[str, int] = {}  # Spark type of a sink column -> its number in slot names
 
     # -- the source --
 
@@ -393,7 +395,7 @@ class _Compiler:
         routed = frame.select("*", F.explode(choose).alias("__arm"))
         if b == self.depth:
             names = ["__view", "__w", "__side", "__k", "__row", "__err",
-                     *(c for s in self.sink.values() for c in s.columns)]
+                     *dict.fromkeys(c for s in self.sink.values() for c in s.columns)]
             types: dict[str, str] = {"__view": "INT", "__w": "BIGINT", "__side": "INT", "__k": "STRING",
                                      "__row": "STRING", "__err": "STRING"}
         else:
@@ -676,10 +678,28 @@ class _Compiler:
             raise FeatureNotSupported("internal: a recomputed view's rows come from its arrange operator")
         sv = self.sink.get(v.view_id)
         if sv is None:
-            sv = self.sink[v.view_id] = SinkView(v.view_id, tuple(f"v{v.view_id}_o{i}" for i in range(len(cols))))
+            sv = self.sink[v.view_id] = SinkView(v.view_id, self._sink_columns(v, arm, len(cols)))
         arm.fields.update({"__view": str(v.view_id), "__w": arm.fields["w"]})
         for c, e in zip(sv.columns, cols, strict=True):
             arm.fields[c] = e
+
+
+    def _sink_columns(self, v: ViewFlow, arm: _Arm, width: int) -> tuple[str, ...]:
+        """The sink columns holding a view's values. A row of the sink is one view's, so views
+        share columns by type (the j-th column of type t of every view is slot `o{t}_{j}`): the
+        sink is as wide as the widest view per type, not as all views together (each row's
+        projection and Arrow conversion wrote every view's columns, most of a 100-view batch's
+        time). A view whose rows come by several paths (UNION ALL) keeps columns of its own: its
+        branches may have other types, which Spark widens to a common one."""
+        if len(_paths(v.dataflow.root)) > 1:
+            return tuple(f"v{v.view_id}_o{i}" for i in range(width))
+        taken: Counter[int] = Counter()
+        out = []
+        for i in range(width):
+            t = self._slot_types.setdefault(arm.types[f"c{i}"], len(self._slot_types))
+            out.append(f"o{t}_{taken[t]}")
+            taken[t] += 1
+        return tuple(out)
 
 
 def _value_asts(consumer: Any, side: int) -> list[exp.Expression]:
@@ -1043,7 +1063,7 @@ class StreamingPipeline:
             frame = frame.persist()
         try:
             tables: dict[int, pa.Table] = {}
-            cols = ["__view", "__w", "__err", *(c for s in plain for c in s.columns)]
+            cols = ["__view", "__w", "__err", *dict.fromkeys(c for s in plain for c in s.columns)]
             ids = ", ".join(str(s.view_id) for s in plain) or "NULL"
             table = frame.where(f"__view IN ({ids}) OR __err IS NOT NULL").select(*cols).toArrow()
             self.last_batch_rows = table.num_rows
