@@ -683,7 +683,6 @@ class _Compiler:
         for c, e in zip(sv.columns, cols, strict=True):
             arm.fields[c] = e
 
-
     def _sink_columns(self, v: ViewFlow, arm: _Arm, width: int) -> tuple[str, ...]:
         """The sink columns holding a view's values. A row of the sink is one view's, so views
         share columns by type (the j-th column of type t of every view is slot `o{t}_{j}`): the
