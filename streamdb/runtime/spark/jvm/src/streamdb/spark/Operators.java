@@ -8,6 +8,7 @@ import java.math.MathContext;
 import java.math.RoundingMode;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collection;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.Iterator;
@@ -675,12 +676,12 @@ public final class Operators {
    */
   static void session(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
     Map<String, Long> delta = new LinkedHashMap<>();
-    Map<String, String> timeOf = new HashMap<>();
+    Map<String, Long> timeOf = new HashMap<>();  // a row's time is in the row: one per row
     while (in.hasNext()) {
       Rec r = in.next();
       if (r.w != 0 && r.row != null) {
         delta.merge(r.row, r.w, Long::sum);
-        timeOf.putIfAbsent(r.row, r.arg(0));
+        timeOf.computeIfAbsent(r.row, row -> r.arg(0) == null ? null : Long.parseLong(r.arg(0)));
       }
     }
     delta.values().removeIf(w -> w == 0);
@@ -700,13 +701,13 @@ public final class Operators {
       String row = e.getKey();
       Timed old = rows.get(row);
       long count = (old == null ? 0 : old.count) + e.getValue();
-      String time = old != null ? (old.ts == null ? null : Long.toString(old.ts)) : timeOf.get(row);
+      Long ts = old != null ? old.ts : timeOf.get(row);
       if (count == 0) {
         rows.remove(row);
         st.removeText(row);
       } else {
-        rows.put(row, new Timed(row, count, time == null ? null : Long.parseLong(time)));
-        st.putText(row, strings(new String[] {Long.toString(count), time}));
+        rows.put(row, new Timed(row, count, ts));
+        st.putText(row, strings(new String[] {Long.toString(count), ts == null ? null : ts.toString()}));
       }
     }
     sessions(s, rows.values(), 1, diff);
@@ -718,7 +719,7 @@ public final class Operators {
   }
 
   /** Adds each row (count > 0) with its session's bounds to `acc`, times `sign`. */
-  private static void sessions(Spec.Op s, java.util.Collection<Timed> rows, long sign, Map<String, Long> acc) {
+  private static void sessions(Spec.Op s, Collection<Timed> rows, long sign, Map<String, Long> acc) {
     List<Timed> timed = new ArrayList<>();
     for (Timed t : rows) {
       if (t.count <= 0) {
