@@ -64,7 +64,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pgserver import PostgresServer  # noqa: E402
-from views_scale import start_server  # noqa: E402
+from views_scale import start_server, stop_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "pg_compare.json"
@@ -357,12 +357,7 @@ def main() -> None:
                 pool.terminate()
                 pool.join()
             if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop_server(proc)
             if pg is not None:
                 pg.cleanup()
             problems = [ln[:300] for ln in log.read_text(errors="replace").splitlines()

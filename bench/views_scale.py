@@ -43,6 +43,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -318,6 +319,32 @@ def server_problems(log: Path) -> list[str]:
     return [ln[:300] for ln in lines if any(w in ln for w in ("ERROR", "Traceback", "Exception", "CRITICAL"))]
 
 
+def create_views(dsn: str, label: str, streams: list[str], views: list[tuple[str, str, str | None, str]],
+                 rate: float, result: dict[str, Any]) -> None:
+    with connect(dsn) as c:
+        for s in streams:
+            c.execute(f"CREATE STREAM {s} (id BIGINT, k INT, v INT, ts TIMESTAMPTZ)")
+        create_s: list[float] = []
+        t0 = time.monotonic()
+        for name, _stream, _kind, sql in views:
+            t = time.monotonic()
+            c.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+            create_s.append(time.monotonic() - t)
+        result["create_views_s"] = time.monotonic() - t0
+        result["create_view_s"] = {"p50": statistics.median(create_s), "max": max(create_s)}
+    print(f"  [{label}] {len(views)} views created in {result['create_views_s']:.1f} s; load {rate:.0f} events/s",
+          flush=True)
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | None, str]],
              rate: float, args: argparse.Namespace) -> dict[str, Any]:
     probes: dict[str, dict[str, str]] = {}
@@ -327,25 +354,28 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
     result: dict[str, Any] = {"loadavg_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="views_scale-") as d:
         log = Path(d) / "server.log"
-        proc, dsn = start_server(Path(d) / "data", log)
+        data = Path(d) / "data"
+        snapshot = Path(args.views_snapshot).absolute() / label if args.views_snapshot else None
+        if snapshot is not None:
+            # Spark's checkpoints name their files by absolute path: the copy is always used at the
+            # same place.
+            data = snapshot.with_name(f"{label}.data")
+            shutil.rmtree(data, ignore_errors=True)
+            if snapshot.exists():
+                shutil.copytree(snapshot, data)  # the views were created by an earlier run
+        proc, dsn = start_server(data, log)
         writer: Writer | None = None
         try:
+            if snapshot is None or not snapshot.exists():
+                create_views(dsn, label, streams, views, rate, result)
+            if snapshot is not None and not snapshot.exists():
+                stop_server(proc)
+                shutil.copytree(data, snapshot)
+                proc, dsn = start_server(data, log)
             with connect(dsn) as c:
-                for s in streams:
-                    c.execute(f"CREATE STREAM {s} (id BIGINT, k INT, v INT, ts TIMESTAMPTZ)")
-                create_s: list[float] = []
-                t0 = time.monotonic()
-                for name, _stream, _kind, sql in views:
-                    t = time.monotonic()
-                    c.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-                    create_s.append(time.monotonic() - t)
-                result["create_views_s"] = time.monotonic() - t0
-                result["create_view_s"] = {"p50": statistics.median(create_s), "max": max(create_s)}
                 t = time.monotonic()
                 c.execute("FLUSH")
                 result["first_flush_s"] = time.monotonic() - t
-                print(f"  [{label}] {len(views)} views created in {result['create_views_s']:.1f} s, "
-                      f"FLUSH {result['first_flush_s']:.1f} s; load {rate:.0f} events/s", flush=True)
 
                 writer = Writer(dsn, streams, rate, args.insert)
                 writer.start()
@@ -402,12 +432,7 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
         finally:
             if writer is not None:
                 writer.stop.set()
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_server(proc)
             problems = server_problems(log)
             result["server_log_problem_lines"] = len(problems)
             result["server_log_excerpt"] = problems[:10]
@@ -522,10 +547,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5, help="load before probes start")
     ap.add_argument("--rate", type=float, help="events/s in total (default 1000 many, 10000 fast)")
     ap.add_argument("--views", type=int, help="views (default 100 many, 1 fast)")
+    ap.add_argument("--views-snapshot", help="directory keeping each scenario's data dir right after its views "
+                    "were created: later runs start from a copy instead of creating them again (CREATE of 100 views "
+                    "takes minutes)")
     ap.add_argument("--lag-every", type=float, default=5, help="SHOW QUERIES every N s of the window (0: off)")
     ap.add_argument("--variants", default="linear,aggregate", help="fast scenario: view shapes, each alone")
     ap.add_argument("--insert", choices=("values", "copy"), default="values",
                     help="writer's statement: multi-row INSERT ... VALUES, or COPY FROM STDIN")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results file (merged by scenario)")
     args = ap.parse_args()
 
     scenarios: dict[str, dict[str, Any]] = {}
@@ -544,9 +573,9 @@ def main() -> None:
                                           args.rate or TARGETS["fast"]["rate"], args)
 
     previous: dict[str, Any] = {}
-    if RESULTS.exists():
+    if args.out.exists():
         try:
-            previous = json.loads(RESULTS.read_text()).get("scenarios", {})
+            previous = json.loads(args.out.read_text()).get("scenarios", {})
         except (json.JSONDecodeError, AttributeError):
             previous = {}
     result = {
@@ -554,10 +583,10 @@ def main() -> None:
                     "platform": platform.platform(), "spark_master": "local[2]"},
         "scenarios": {**previous, **scenarios},
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, default=str))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
     print_table(scenarios)
-    print(f"written to {RESULTS.relative_to(ROOT)}")
+    print(f"written to {args.out}")
 
 
 if __name__ == "__main__":

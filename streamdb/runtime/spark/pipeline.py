@@ -354,7 +354,7 @@ class _Compiler:
 
         self._errors: list[_Arm] = []
         self._convert: dict[str, str] = {}  # fields of decoded structs back from their JSON form
-        decode: dict[str, str] = {}
+        decode = _Decoded()
         arms: list[_Arm] = []
         for v in self.views:
             self._view = v
@@ -381,7 +381,7 @@ class _Compiler:
         self._errors = []
         if not arms:
             raise FeatureNotSupported("internal: a pipeline boundary with nothing to route")
-        frame = frame.select("*", *[F.expr(e).alias(n) for n, e in decode.items()])
+        frame = frame.select("*", *[F.expr(e).alias(n) for n, e in decode.columns().items()])
         if self._convert:
             frame = frame.select("*", *[F.expr(e).alias(n) for n, e in self._convert.items()])
         self._probe(frame, arms)
@@ -421,7 +421,7 @@ class _Compiler:
 
     # -- arms --
 
-    def _decode(self, v: ViewFlow, frontier: Any, b: int, decode: dict[str, str]) -> tuple[dict[str, str], str]:
+    def _decode(self, v: ViewFlow, frontier: Any, b: int, decode: _Decoded) -> tuple[dict[str, str], str]:
         """The frontier's columns at boundary b ({internal name: column of the frame}) and the
         condition picking its rows."""
         if isinstance(frontier, tuple):
@@ -439,13 +439,11 @@ class _Compiler:
             return names, f"(__rel = {frontier.relation_id} AND ({live} OR __tag = {v.view_id}))"
         carrier = self._carrier_at(frontier, b)
         assert carrier is not None
-        prefix = f"__d{carrier}"
         names = {}
 
-        def struct(column: str, source: str, schema: list[tuple[str, str]]) -> None:
+        def struct(source: str, schema: list[tuple[str, str]]) -> str:
             ddl = ", ".join(f"{quote(n)}: {_json_type(t)}" for n, t in schema)
-            decode.setdefault(column, f"CASE WHEN op = {carrier} THEN from_json({source}, "
-                                      f"'struct<{_esc(ddl)}>', {JSON_OPTIONS}) END")
+            return decode.column(carrier, f"from_json({source}, 'struct<{_esc(ddl)}>', {JSON_OPTIONS})")
 
         def field(column: str, schema: list[tuple[str, str]], i: int) -> str:
             """The frame column of the struct's i-th field, converted back from its JSON form."""
@@ -459,35 +457,32 @@ class _Compiler:
         if isinstance(frontier, D.Join):
             for side, source in ((0, "row"), (1, "row2")):
                 schema = self.schemas[(frontier, side)]
-                struct(f"{prefix}_{source}", source, schema)
+                column = struct(source, schema)
                 for i, (n, _) in enumerate(schema):
-                    names[n] = field(f"{prefix}_{source}", schema, i)
+                    names[n] = field(column, schema, i)
         elif isinstance(frontier, D.Reduce):
             group = self.schemas.get((frontier, "group"), [])
-            if group:
-                struct(prefix, "k", group)
+            column = struct("k", group) if group else ""
             ngroup = len(frontier.group)
             for i, col in enumerate(frontier.columns):
                 if i < ngroup:
-                    names[col] = field(prefix, group, i)
+                    names[col] = field(column, group, i)
                 else:
                     template = self.schemas[(frontier, "agg", i - ngroup)][1]
-                    column = f"{prefix}_a{i - ngroup}"
-                    decode.setdefault(column, f"CASE WHEN op = {carrier} THEN {template.format(f'a[{i - ngroup}]')} END")
-                    names[col] = column
+                    names[col] = decode.column(carrier, template.format(f"a[{i - ngroup}]"))
         else:  # a TopN's or a Session's rows, or a Scan's carried up by PASS ops
             key = (frontier, 0) if isinstance(frontier, (D.TopN, D.Session)) else frontier
             schema = self.schemas[key]
             if isinstance(frontier, D.Session):  # each row with its session's bounds appended
                 bound = self.schemas[(frontier, "bound")]
                 schema = [*schema, *((c, bound) for c in frontier.columns[-2:])]
-            struct(prefix, "row", schema)
+            column = struct("row", schema)
             for i, (n, _) in enumerate(schema):
-                names[n] = field(prefix, schema, i)
+                names[n] = field(column, schema, i)
         return names, f"op = {carrier}"
 
     def _path_arm(self, v: ViewFlow, consumer: Any, side: int, child: D.Node, p: _Path, b: int,
-                  decode: dict[str, str]) -> _Arm:
+                  decode: _Decoded) -> _Arm:
         names, cond = self._decode(v, p.frontier, b, decode)
         conds = [cond, *(f"({render(c, names)})" for c in p.cond)]
         arm = _Arm(v, consumer, side, " AND ".join(conds), child=child)
@@ -546,7 +541,7 @@ class _Compiler:
         arm.fields.update({"__view": str(v.view_id), "__w": "w", "__side": "side", "__k": "k", "__row": "row"})
         return arm
 
-    def _pass_arm(self, v: ViewFlow, pid: int, frontier: Any, b: int, decode: dict[str, str]) -> _Arm:
+    def _pass_arm(self, v: ViewFlow, pid: int, frontier: Any, b: int, decode: _Decoded) -> _Arm:
         """`frontier`'s rows carried one layer up, unchanged, by PASS op `pid`."""
         if isinstance(frontier, tuple):
             carrier = self._carrier_at(frontier, b)
@@ -699,6 +694,28 @@ class _Compiler:
             out.append(f"o{t}_{taken[t]}")
             taken[t] += 1
         return tuple(out)
+
+
+class _Decoded:
+    """The columns a boundary decodes from the records of the layer below, shared by the
+    operators whose records decode the same way (a row has one operator, so one column can hold
+    the value of each): 83 aggregate views had 300 such columns, and a row that wide made Spark
+    give up whole-stage code generation (`spark.sql.codegen.maxFields`, 100) and copy every
+    column at each step, most of a many-view batch's time. Grouped by expression, they are as
+    many as the distinct shapes of output."""
+
+    def __init__(self) -> None:
+        self._by_expr: dict[str, tuple[str, set[int]]] = {}
+
+    def column(self, carrier: int, expr: str) -> str:
+        """The column holding `expr` over the records of operator `carrier`."""
+        name, carriers = self._by_expr.setdefault(expr, (f"__d{len(self._by_expr)}", set()))
+        carriers.add(carrier)
+        return name
+
+    def columns(self) -> dict[str, str]:
+        return {name: f"CASE WHEN op IN ({', '.join(map(str, sorted(carriers)))}) THEN {expr} END"
+                for expr, (name, carriers) in self._by_expr.items()}
 
 
 def _value_asts(consumer: Any, side: int) -> list[exp.Expression]:
