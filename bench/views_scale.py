@@ -336,13 +336,25 @@ def create_views(dsn: str, label: str, streams: list[str], views: list[tuple[str
           flush=True)
 
 
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
+def stop_server(proc: subprocess.Popen[bytes], data: Path | None = None) -> None:
+    """Stop the server; with its data dir, also wait for its Spark JVM (which outlives the server
+    for a moment, still writing checkpoints) before the data dir is copied."""
     proc.terminate()
     try:
         proc.wait(60)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    try:
+        jvm = int((data / "spark" / "jvm.pid").read_text()) if data is not None else 0
+    except (OSError, ValueError):
+        jvm = 0
+    for _ in range(300):
+        if jvm <= 0 or not Path(f"/proc/{jvm}").exists():
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(jvm, 9)
 
 
 def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | None, str]],
@@ -369,7 +381,7 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
             if snapshot is None or not snapshot.exists():
                 create_views(dsn, label, streams, views, rate, result)
             if snapshot is not None and not snapshot.exists():
-                stop_server(proc)
+                stop_server(proc, data)
                 shutil.copytree(data, snapshot)
                 proc, dsn = start_server(data, log)
             with connect(dsn) as c:
@@ -432,7 +444,7 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
         finally:
             if writer is not None:
                 writer.stop.set()
-            stop_server(proc)
+            stop_server(proc, data)
             problems = server_problems(log)
             result["server_log_problem_lines"] = len(problems)
             result["server_log_excerpt"] = problems[:10]

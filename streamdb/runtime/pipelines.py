@@ -26,6 +26,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
@@ -65,9 +66,17 @@ RETRY_MAX_SECONDS = 60.0
 PLAN_VERSION = "2"  # 2: timestamps and dates as integers in row and key JSON
 
 
+_FINGERPRINTS: weakref.WeakKeyDictionary[D.Dataflow, str] = weakref.WeakKeyDictionary()
+
+
 def fingerprint(dataflow: D.Dataflow) -> str:
-    text = PLAN_VERSION + "\n" + "\n".join(dataflow.explain())
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    # Kept per dataflow (planned once per catalog version): printing 100 views' plans took a
+    # third of the server's time while a pipeline waited to retry (sync runs every epoch then).
+    fp = _FINGERPRINTS.get(dataflow)
+    if fp is None:
+        text = PLAN_VERSION + "\n" + "\n".join(dataflow.explain())
+        fp = _FINGERPRINTS[dataflow] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return fp
 
 
 @dataclass
