@@ -92,12 +92,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(data: Path, log: Path, log_level: str = "warning") -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "streamdb.cli", "serve", "--port", str(port),
                                  "--console-port", str(free_port()),
-                                 "--data-dir", str(data), "--spark-master", "local[2]", "--log-level", "warning"],
+                                 "--data-dir", str(data), "--spark-master", "local[2]", "--log-level", log_level],
                                 stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
     dsn = f"postgresql://streamdb@127.0.0.1:{port}/streamdb"
     for _ in range(300):
@@ -345,16 +345,21 @@ def stop_server(proc: subprocess.Popen[bytes], data: Path | None = None) -> None
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    if data is not None:
+        wait_for_jvm(data)
+
+
+def wait_for_jvm(data: Path) -> None:
+    """Wait (30 s at most, then kill it) for the Spark JVM of a server that ran on `data`."""
     try:
-        jvm = int((data / "spark" / "jvm.pid").read_text()) if data is not None else 0
+        jvm = int((data / "spark" / "jvm.pid").read_text())
     except (OSError, ValueError):
-        jvm = 0
+        return
     for _ in range(300):
-        if jvm <= 0 or not Path(f"/proc/{jvm}").exists():
-            break
+        if not Path(f"/proc/{jvm}").exists():
+            return
         time.sleep(0.1)
-    else:
-        os.kill(jvm, 9)
+    os.kill(jvm, 9)
 
 
 def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | None, str]],
@@ -372,10 +377,12 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
             # Spark's checkpoints name their files by absolute path: the copy is always used at the
             # same place.
             data = snapshot.with_name(f"{label}.data")
+            log = snapshot.with_name(f"{label}.log")  # kept, beside the data dir
+            wait_for_jvm(data)
             shutil.rmtree(data, ignore_errors=True)
             if snapshot.exists():
                 shutil.copytree(snapshot, data)  # the views were created by an earlier run
-        proc, dsn = start_server(data, log)
+        proc, dsn = start_server(data, log, args.log_level)
         writer: Writer | None = None
         try:
             if snapshot is None or not snapshot.exists():
@@ -383,7 +390,7 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
             if snapshot is not None and not snapshot.exists():
                 stop_server(proc, data)
                 shutil.copytree(data, snapshot)
-                proc, dsn = start_server(data, log)
+                proc, dsn = start_server(data, log, args.log_level)
             with connect(dsn) as c:
                 t = time.monotonic()
                 c.execute("FLUSH")
@@ -511,7 +518,7 @@ def print_run(key: str, i: int, r: dict[str, Any]) -> None:
         w, q = r["writer"], r["show_queries"]
         print(f"  run {i} rate {w['achieved_rate_measured']:.0f}/{w['target_rate']:.0f} events/s "
               f"(insert p50 {fmt(w['insert_ms']['p50'], '.1f')} ms, batch {fmt(w['mean_batch_rows'], '.0f')} rows)  "
-              f"create {r['create_views_s']:.1f} s  poll p50 {fmt(r['poll_ms']['p50'], '.1f')} ms  "
+              f"create {fmt(r.get('create_views_s'), '.1f')} s  poll p50 {fmt(r['poll_ms']['p50'], '.1f')} ms  "
               f"SHOW QUERIES: {q['with_error']} failed, max lag {q['max_lag']}  "
               f"final FLUSH {fmt(r.get('final_flush_s'), '.1f')} s  "
               f"counts match {all(c['match'] for c in r['consistency'].values())}", flush=True)
@@ -566,6 +573,7 @@ def main() -> None:
     ap.add_argument("--variants", default="linear,aggregate", help="fast scenario: view shapes, each alone")
     ap.add_argument("--insert", choices=("values", "copy"), default="values",
                     help="writer's statement: multi-row INSERT ... VALUES, or COPY FROM STDIN")
+    ap.add_argument("--log-level", default="warning", help="the server's (info: each pipeline batch's times)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results file (merged by scenario)")
     args = ap.parse_args()
 

@@ -1082,6 +1082,7 @@ class StreamingPipeline:
             cols = ["__view", "__w", "__err", *dict.fromkeys(c for s in plain for c in s.columns)]
             ids = ", ".join(str(s.view_id) for s in plain) or "NULL"
             table = frame.where(f"__view IN ({ids}) OR __err IS NOT NULL").select(*cols).toArrow()
+            computed = time.monotonic()
             self.last_batch_rows = table.num_rows
             errors = _errors(table)
             tables.update(_split(table, plain))
@@ -1089,13 +1090,16 @@ class StreamingPipeline:
                 result = self._recompute(frame, s)
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
+            committing = time.monotonic()
             self.on_batch(batch_id, offsets, tables, errors)
         finally:
             if recomputed:
                 frame.unpersist()
         self.batches += 1
         self.last_batch_ms = (time.monotonic() - started) * 1000
-        log.info("pipeline %s: batch %d in %.0f ms (sink)", self.name, batch_id, self.last_batch_ms)
+        log.info("pipeline %s: batch %d in %.0f ms (sink: Spark job %.0f ms, %d rows; commit %.0f ms)", self.name,
+                 batch_id, self.last_batch_ms, (computed - started) * 1000, self.last_batch_rows,
+                 (time.monotonic() - committing) * 1000)
         if log.isEnabledFor(logging.DEBUG) and self._query is not None:
             # Where the previous batch's time went outside the sink (offsets, planning, checkpoint).
             progress = self._query.lastProgress
