@@ -997,6 +997,9 @@ class StreamingPipeline:
 
         from streamdb.runtime.spark.session import translate_spark_error
 
+        moved = relocate_checkpoint(self.checkpoint)
+        if moved:
+            log.info("pipeline %s: %d checkpoint metadata files now name this data directory", self.name, moved)
         session = self.spark.newSession()
         session.dataSource.register(log_source.LogSource)
         # Small micro-batches: fixed costs dominate (one shuffle partition per core is plenty).
@@ -1147,6 +1150,40 @@ class StreamingPipeline:
         for prefix in ("__all", "__fresh", "__p0", "__p1"):
             session.catalog.dropTempView(f"{prefix}_{tag}")
         return table
+
+
+def relocate_checkpoint(checkpoint: Path) -> int:
+    """Point the checkpoint's operator metadata at its own state schema files. Spark names them
+    by absolute URI (`state/<op>/_metadata/v2/<batch>`: `stateSchemaFilePaths`), so a data
+    directory restored or moved elsewhere failed every batch once the old place was gone. Returns
+    how many files were rewritten (none unless the directory moved)."""
+    root = "file:" + str(checkpoint.absolute())
+    rewritten = 0
+    for meta in sorted(checkpoint.glob("state/*/_metadata/v2/*")):
+        if not meta.is_file() or meta.name.startswith("."):
+            continue
+        text = meta.read_text()
+        lines = text.splitlines()
+        changed = False
+        for i, line in enumerate(lines):
+            if "stateSchemaFilePaths" not in line:
+                continue
+            doc = json.loads(line)
+            for store in doc.get("stateStoreInfo", []):
+                paths = store.get("stateSchemaFilePaths") or []
+                fixed = [root + p[p.rfind("/state/"):] if "/state/" in p else p for p in paths]
+                if fixed != paths:
+                    store["stateSchemaFilePaths"] = fixed
+                    changed = True
+            if changed:
+                lines[i] = json.dumps(doc, separators=(",", ":"))
+        if changed:
+            tmp = meta.with_name(f".{meta.name}.relocating")
+            tmp.write_text("\n".join(lines) + ("\n" if text.endswith("\n") else ""))
+            tmp.replace(meta)
+            meta.with_name(f".{meta.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
+            rewritten += 1
+    return rewritten
 
 
 def _from_spark(e: BaseException) -> bool:
