@@ -43,3 +43,11 @@ def test_a_checkpoint_in_place_is_left_alone(tmp_path: Path) -> None:
     assert relocate_checkpoint(checkpoint) == 0
     assert (meta_dir / "3").read_text() == text
     assert relocate_checkpoint(tmp_path / "no-checkpoint-yet") == 0
+
+
+def test_metadata_it_cannot_read_is_left_to_spark(tmp_path: Path) -> None:
+    meta_dir = tmp_path / "depth-1" / "state" / "0" / "_metadata" / "v2"
+    meta_dir.mkdir(parents=True)
+    (meta_dir / "0").write_text('v2\n{"stateSchemaFilePaths": [truncated')
+    assert relocate_checkpoint(tmp_path / "depth-1") == 0
+    assert (meta_dir / "0").read_text() == 'v2\n{"stateSchemaFilePaths": [truncated'

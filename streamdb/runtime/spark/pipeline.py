@@ -1162,13 +1162,21 @@ def relocate_checkpoint(checkpoint: Path) -> int:
     for meta in sorted(checkpoint.glob("state/*/_metadata/v2/*")):
         if not meta.is_file() or meta.name.startswith("."):
             continue
-        text = meta.read_text()
+        try:
+            text = meta.read_text()
+        except (OSError, UnicodeDecodeError):
+            log.warning("checkpoint metadata %s unreadable: left as it is", meta)
+            continue
         lines = text.splitlines()
         changed = False
         for i, line in enumerate(lines):
             if "stateSchemaFilePaths" not in line:
                 continue
-            doc = json.loads(line)
+            try:
+                doc = json.loads(line)
+            except ValueError:  # not ours to judge: Spark reports it if it matters
+                log.warning("checkpoint metadata %s is not the JSON expected: left as it is", meta)
+                break
             for store in doc.get("stateStoreInfo", []):
                 paths = store.get("stateSchemaFilePaths") or []
                 fixed = [root + p[p.rfind("/state/"):] if "/state/" in p else p for p in paths]
