@@ -373,21 +373,20 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
         log = Path(d) / "server.log"
         data = Path(d) / "data"
         snapshot = Path(args.views_snapshot).absolute() / label if args.views_snapshot else None
+        reuse = snapshot is not None and snapshot.exists()  # the views were created by an earlier run
         if snapshot is not None:
-            # Spark's checkpoints name their files by absolute path: the copy is always used at the
-            # same place.
             data = snapshot.with_name(f"{label}.data")
             log = snapshot.with_name(f"{label}.log")  # kept, beside the data dir
             wait_for_jvm(data)
             shutil.rmtree(data, ignore_errors=True)
-            if snapshot.exists():
-                shutil.copytree(snapshot, data)  # the views were created by an earlier run
+            if reuse:
+                shutil.copytree(snapshot, data)
         proc, dsn = start_server(data, log, args.log_level)
         writer: Writer | None = None
         try:
-            if snapshot is None or not snapshot.exists():
+            if not reuse:
                 create_views(dsn, label, streams, views, rate, result)
-            if snapshot is not None and not snapshot.exists():
+            if snapshot is not None and not reuse:
                 stop_server(proc, data)
                 shutil.copytree(data, snapshot)
                 proc, dsn = start_server(data, log, args.log_level)

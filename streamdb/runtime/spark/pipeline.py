@@ -1156,42 +1156,53 @@ def relocate_checkpoint(checkpoint: Path) -> int:
     """Point the checkpoint's operator metadata at its own state schema files. Spark names them
     by absolute URI (`state/<op>/_metadata/v2/<batch>`: `stateSchemaFilePaths`), so a data
     directory restored or moved elsewhere failed every batch once the old place was gone. Returns
-    how many files were rewritten (none unless the directory moved)."""
+    how many files were rewritten (none unless the directory moved). Only each operator's newest
+    file is read when nothing moved; when it did, the newest is rewritten last, so a start
+    interrupted halfway finds it still pointing elsewhere and finishes the job."""
     root = "file:" + str(checkpoint.absolute())
     rewritten = 0
-    for meta in sorted(checkpoint.glob("state/*/_metadata/v2/*")):
-        if not meta.is_file() or meta.name.startswith("."):
+    for meta_dir in sorted(checkpoint.glob("state/*/_metadata/v2")):
+        files = sorted((f for f in meta_dir.iterdir() if f.name.isdigit() and f.is_file()), key=lambda f: int(f.name))
+        if not files or _relocated(files[-1], root) is None:
             continue
-        try:
-            text = meta.read_text()
-        except (OSError, UnicodeDecodeError):
-            log.warning("checkpoint metadata %s unreadable: left as it is", meta)
-            continue
-        lines = text.splitlines()
-        changed = False
-        for i, line in enumerate(lines):
-            if "stateSchemaFilePaths" not in line:
+        for meta in files:
+            text = _relocated(meta, root)
+            if text is None:
                 continue
-            try:
-                doc = json.loads(line)
-            except ValueError:  # not ours to judge: Spark reports it if it matters
-                log.warning("checkpoint metadata %s is not the JSON expected: left as it is", meta)
-                break
-            for store in doc.get("stateStoreInfo", []):
-                paths = store.get("stateSchemaFilePaths") or []
-                fixed = [root + p[p.rfind("/state/"):] if "/state/" in p else p for p in paths]
-                if fixed != paths:
-                    store["stateSchemaFilePaths"] = fixed
-                    changed = True
-            if changed:
-                lines[i] = json.dumps(doc, separators=(",", ":"))
-        if changed:
             tmp = meta.with_name(f".{meta.name}.relocating")
-            tmp.write_text("\n".join(lines) + ("\n" if text.endswith("\n") else ""))
+            tmp.write_text(text)
             tmp.replace(meta)
             meta.with_name(f".{meta.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
             rewritten += 1
     return rewritten
+
+
+def _relocated(meta: Path, root: str) -> str | None:
+    """The metadata file's text with its schema paths under `root` (None: nothing to change, or
+    a file that is not what Spark writes, left for Spark to report if it matters)."""
+    try:
+        text = meta.read_text()
+    except (OSError, UnicodeDecodeError):
+        log.warning("checkpoint metadata %s unreadable: left as it is", meta)
+        return None
+    lines = text.splitlines()
+    changed = False
+    for i, line in enumerate(lines):
+        if "stateSchemaFilePaths" not in line:
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            log.warning("checkpoint metadata %s is not the JSON expected: left as it is", meta)
+            return None
+        for store in doc.get("stateStoreInfo", []):
+            paths = store.get("stateSchemaFilePaths") or []
+            fixed = [root + p[p.rfind("/state/"):] if "/state/" in p else p for p in paths]
+            if fixed != paths:
+                store["stateSchemaFilePaths"] = fixed
+                lines[i] = json.dumps(doc, separators=(",", ":"))
+                changed = True
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "") if changed else None
 
 
 def _from_spark(e: BaseException) -> bool:
