@@ -280,6 +280,10 @@ def _from_spark_arrow(table: pa.Table) -> pa.Table:
 
 
 SMALL_INPUT_ROWS = 50_000
+# Compile generated methods over 8,000 bytes of bytecode too: a pipeline's routing projection over
+# many views is one such method, which HotSpot otherwise leaves to its interpreter (Spark only
+# splits methods past 64 KB).
+COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 _SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                      "spark.sql.codegen.wholeStage": "false"}
 
@@ -357,10 +361,7 @@ class SparkRuntime:
             f"-Dlog4j.configurationFile=file:{log4j}",
             f"-Djava.io.tmpdir={work / 'tmp'}",
             *cds.java_options(),  # Spark's classes mapped from an archive: half the start time
-            # Compile generated methods over 8,000 bytes of bytecode too: a pipeline's routing
-            # projection over many views is one such method, which HotSpot otherwise leaves to its
-            # interpreter (Spark only splits methods past 64 KB).
-            "-XX:-DontCompileHugeMethods",
+            COMPILE_HUGE_METHODS,
         ]
         conf: dict[str, str] = {
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
@@ -374,7 +375,7 @@ class SparkRuntime:
             "spark.local.dir": str(work / "spark-local"),
             "spark.sql.catalogImplementation": "in-memory",
             "spark.driver.extraJavaOptions": " ".join(java_opts),
-            "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",  # on a cluster, as above
+            "spark.executor.extraJavaOptions": COMPILE_HUGE_METHODS,  # on a cluster, as in the driver
             "spark.pyspark.python": sys.executable,
             "spark.sql.adaptive.enabled": "true",
             # The view engine (runtime/spark/pipeline.py): its operators' jar, and their state in
