@@ -705,7 +705,12 @@ def _zone_offset(zone: str, when: dt.datetime, original: str, t: SqlType) -> dt.
     return when.replace(tzinfo=tz).utcoffset() or dt.timedelta(0)
 
 
+_SPECIAL_TIMESTAMPS = frozenset(("epoch", "now", "today", "tomorrow", "yesterday"))
+
+
 def _special_timestamp(word: str) -> dt.datetime | None:
+    if word not in _SPECIAL_TIMESTAMPS:  # most texts: no clock read, no table built
+        return None
     now = dt.datetime.now(_UTC).replace(tzinfo=None)
     today = dt.datetime.combine(now.date(), dt.time())
     return {
@@ -717,8 +722,33 @@ def _special_timestamp(word: str) -> dt.datetime | None:
     }.get(word)
 
 
+# The form writers and drivers send ('2026-11-26 02:00:00.123+00'), read without the general
+# pattern's alternatives; anything else, or anything out of range, takes the general path.
+_ISO_TIMESTAMP_RE = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?:(Z)|([+-])(\d\d)(?::?(\d\d))?)?")
+
+
 def _parse_datetime(value: str, t: SqlType) -> tuple[dt.datetime, dt.timedelta | None]:
     """(local wall-clock datetime, zone offset if one was written)."""
+    m = _ISO_TIMESTAMP_RE.fullmatch(value)
+    if m is not None:
+        year, month, day, hour, minute, second, fraction, utc, sign, zone_hours, zone_minutes = m.groups()
+        offset: dt.timedelta | None = None
+        if utc is not None:
+            offset = dt.timedelta(0)
+        elif sign is not None and int(zone_hours) <= 15 and int(zone_minutes or 0) <= 59:
+            offset = dt.timedelta(hours=int(zone_hours), minutes=int(zone_minutes or 0))
+            offset = -offset if sign == "-" else offset
+        if utc is not None or sign is None or offset is not None:
+            try:
+                return dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                                   int((fraction + "00000")[:6]) if fraction else 0), offset
+            except ValueError:
+                pass  # out of range: the general path says how
+    return _parse_datetime_general(value, t)
+
+
+def _parse_datetime_general(value: str, t: SqlType) -> tuple[dt.datetime, dt.timedelta | None]:
     word = value.strip().lower()
     special = _special_timestamp(word)
     if special is not None:

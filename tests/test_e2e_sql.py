@@ -358,3 +358,41 @@ def test_copy_csv_with_timestamps_and_booleans_into_a_stream(conn, unique):
         (2, at(2024, 1, 1, tzinfo=utc), False, ""),
         (3, None, None, None),
         (4, at(2024, 1, 2, tzinfo=utc), True, "multi\nline")]
+
+
+def test_literal_inserts_and_parsed_inserts_agree(conn, unique):
+    """Multi-row INSERTs of constants skip the general parser (sql/literal_insert.py); the same
+    rows written through forms that take the parser give the same table, and errors are the same."""
+    s = f"li_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id BIGINT, n INT, x NUMERIC(6,2), name TEXT, ok BOOLEAN, at TIMESTAMPTZ)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {s}_v AS SELECT ok, count(*) AS c, sum(n) AS n, sum(x) AS x "
+                 f"FROM {s} GROUP BY ok")
+    values = [(i, -i, f"{i}.125", f"it's {i}", ["TRUE", "false", "NULL"][i % 3], f"2026-11-26 0{i % 10}:00:00+00")
+              for i in range(200)]
+    literal = ", ".join(f"({i}, {n}, {x}, '{t.replace(chr(39), chr(39) * 2)}', {b}, '{a}')"
+                        for i, n, x, t, b, a in values)
+    conn.execute(f"insert into {s} values {literal};")
+    # The same rows through the parser: a comment and a cast keep the scanner away.
+    parsed = ", ".join(f"({i} + 1000, {n}::int, {x}, '{t.replace(chr(39), chr(39) * 2)}', {b}, '{a}')"
+                       for i, n, x, t, b, a in values)
+    conn.execute(f"/* parsed */ INSERT INTO {s} VALUES {parsed}")
+    fast = rows(conn, f"SELECT id, n, x, name, ok, at FROM {s} WHERE id < 1000 ORDER BY id")
+    slow = rows(conn, f"SELECT id - 1000, n, x, name, ok, at FROM {s} WHERE id >= 1000 ORDER BY id")
+    assert fast == slow and len(fast) == 200
+    assert fast[7] == (7, -7, Decimal("7.13"), "it's 7", False,
+                       dt.datetime(2026, 11, 26, 7, 0, tzinfo=dt.UTC))  # numeric(6,2) rounds as Postgres does
+    conn.execute("FLUSH")
+    assert rows(conn, f"SELECT ok, c, n FROM {s}_v ORDER BY ok") == \
+        rows(conn, f"SELECT ok, count(*), sum(n) FROM {s} GROUP BY ok ORDER BY ok")
+    too_many = f"INSERT INTO {s} VALUES (1, 2, 3, 'a', true, '2026-01-01', 9)"
+    for bad, state, position in (
+            (too_many, "42601", too_many.rindex("9") + 1),
+            (f"INSERT INTO {s} (id) VALUES ('x')", "22P02", None),
+            (f"INSERT INTO {s} (id, n) VALUES (1, 99999999999)", "22003", None),
+            (f"INSERT INTO {s} (nope) VALUES (1)", "42703", None)):
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(bad)
+        assert e.value.sqlstate == state, (bad, str(e.value))
+        if position is not None:
+            assert e.value.diag.statement_position == str(position), bad
+    assert rows(conn, f"SELECT count(*) FROM {s}") == [(400,)]

@@ -252,3 +252,37 @@ def test_timestamp_round_trip(value: dt.datetime) -> None:
 @given(st.binary())
 def test_bytea_round_trip(value: bytes) -> None:
     assert parse_text(format_text(value, T.BYTEA), T.BYTEA) == value
+
+
+
+def _both_timestamp_paths(text: str, t: SqlType) -> tuple[Any, Any]:
+    """(the ISO shortcut's answer, the general path's), an error as (type, message)."""
+    from streamdb import values
+
+    answers: list[Any] = []
+    for read in (values._parse_datetime, values._parse_datetime_general):
+        try:
+            answers.append(read(text, t))
+        except Exception as e:
+            answers.append((type(e), str(e)))
+    return answers[0], answers[1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31)),
+       st.sampled_from(["", "Z", "+00", "-00", "+05:30", "-0800", "+15", "+16", "+14:60", "+02:3"]),
+       st.sampled_from([" ", "T"]), st.integers(0, 6))
+def test_the_iso_timestamp_shortcut_reads_as_the_general_path(when, zone, sep, digits):
+    fraction = f".{when.microsecond:06d}"[: digits + 1] if digits else ""
+    text = f"{when.year:04d}-{when.month:02d}-{when.day:02d}{sep}{when:%H:%M:%S}{fraction}{zone}"
+    for t in (T.TIMESTAMPTZ, T.TIMESTAMP):
+        shortcut, general = _both_timestamp_paths(text, t)
+        assert shortcut == general, text
+
+
+@pytest.mark.parametrize("text", ["2026-02-30 00:00:00", "2026-13-01 00:00:00", "2026-01-01 24:00:00",
+                                  "2026-01-01 23:59:60", "2026-01-01 00:00:00+16"])
+def test_the_iso_timestamp_shortcut_leaves_out_of_range_values_to_the_general_path(text):
+    for t in (T.TIMESTAMPTZ, T.TIMESTAMP):
+        shortcut, general = _both_timestamp_paths(text, t)
+        assert shortcut == general, text

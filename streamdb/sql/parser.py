@@ -19,6 +19,7 @@ from sqlglot.tokens import Token, TokenType
 from streamdb.errors import SyntaxErrorSQL
 from streamdb.sql import ast
 from streamdb.sql.dialect import BlamedParseError, StreamDB
+from streamdb.sql.literal_insert import LiteralInsertReader
 
 _DIALECT = StreamDB()
 
@@ -89,6 +90,14 @@ class ParsedStatement:
 def parse_statements(text: str) -> list[ParsedStatement]:
     """Splits `text` on top-level semicolons and parses each statement. Empty statements
     (";;", only comments) are dropped. Raises SyntaxErrorSQL."""
+    literal_insert = _LITERAL_INSERTS.read(text)
+    if literal_insert is not None:
+        tree, start, end = literal_insert
+        return [ParsedStatement(ast=tree, sql=text[start:end], offset=start)]
+    return _parse_statements(text)
+
+
+def _parse_statements(text: str) -> list[ParsedStatement]:
     tokens = _tokenize(text)
     statements = []
     chunk: list[Token] = []
@@ -100,6 +109,18 @@ def parse_statements(text: str) -> list[ParsedStatement]:
             statements.append(_parse_one(text, chunk, terminator=token))
         chunk = []
     return statements
+
+
+def _parse_head(text: str) -> exp.Expression | None:
+    try:
+        statements = _parse_statements(text)
+    except SyntaxErrorSQL:
+        return None
+    return statements[0].ast if len(statements) == 1 else None
+
+
+# Multi-row INSERTs of constants skip the general parser (sql/literal_insert.py).
+_LITERAL_INSERTS = LiteralInsertReader(_parse_head)
 
 
 def parse_one(text: str) -> exp.Expression:
