@@ -28,7 +28,7 @@ test: install
 	@scripts/ensure-chromium.sh
 	$(BIN)/ruff check streamdb tests bench
 	$(BIN)/mypy streamdb
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 test-fast: install
 	$(BIN)/python -m pytest -q -ra -m "not slow"
