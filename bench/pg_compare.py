@@ -25,6 +25,11 @@ moment hits both), each for --seconds:
   insert_batch   rows/s of multi-row INSERT INTO ing VALUES (...), ... of --batch rows, literal SQL
   copy           rows/s of COPY ing FROM STDIN, --copy-batch rows per statement (text format)
 
+  fairness  the p99 latency of 1 client's simple point reads alone, then while another client
+            sends large statements back to back (--heavy: a ~1 MB multi-row INSERT into `heavy`,
+            a ~100 KB SELECT with a 15,000-value IN list, alternating); the ratio loaded/idle is
+            each system's own (the target: within 2x).
+
 Ingest goes to StreamDB's stream `ing`, which a view ing_kv (same shape as kv) reads, and to
 PostgreSQL's table `ing` with a primary key: both keep the rows keyed. StreamDB acknowledges a
 write once it is durable in its log; its view catches up asynchronously (on the same 2 cores:
@@ -38,7 +43,7 @@ medians. Figures, never assertions. Written to bench/results/pg_compare.json.
 
     .venv/bin/python bench/pg_compare.py [--quick] [--runs 3] [--seconds 3] [--rows 100000]
         [--clients 1,4,8] [--protocols simple,prepared] [--batch 100] [--copy-batch 10000]
-        [--out bench/results/pg_compare.json]
+        [--heavy insert,select] [--out bench/results/pg_compare.json]
 
 --quick: --runs 2 --seconds 1 --rows 10000 --clients 1,8 (the 4-client figure is left out).
 """
@@ -56,6 +61,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -151,6 +157,52 @@ def measure_point(pool: Any, dsn: str, protocol: str, clients: int, n_keys: int,
             "latency_ms_p50": percentile(lat, 50), "latency_ms_p99": percentile(lat, 99)}
 
 
+def heavy_statements(kinds: list[str]) -> list[str]:
+    """The large statements of the fairness figure, built once."""
+    pad = "x" * 60
+    out = []
+    if "insert" in kinds:  # ~1 MB; ids from a range of their own, so repeats add rows, never clash
+        out.append("INSERT INTO heavy VALUES " + ", ".join(f"({i}, '{pad}')" for i in range(13_000)))
+    if "select" in kinds:
+        out.append("SELECT count(*) FROM kv WHERE id IN (" + ", ".join(str(i * 7) for i in range(15_000)) + ")")
+    return out
+
+
+def measure_fairness(pool: Any, dsn: str, n_keys: int, seconds: float, seed: int,
+                     statements: list[str]) -> dict[str, Any]:
+    """Point-read latency of one simple-protocol client alone, then while another client sends
+    `statements` one after another."""
+    idle = measure_point(pool, dsn, "simple", 1, n_keys, seconds, seed)
+    stop = threading.Event()
+    heavy_s: list[float] = []
+    errors: list[str] = []
+
+    def send() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            k = 0
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    conn.execute(statements[k % len(statements)].encode())
+                except psycopg.Error as e:
+                    errors.append(f"{type(e).__name__}: {e}"[:300])
+                    return
+                heavy_s.append(time.monotonic() - t0)
+                k += 1
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    time.sleep(0.3)  # the first large statement is in the server
+    loaded = measure_point(pool, dsn, "simple", 1, n_keys, seconds, seed + 1)
+    stop.set()
+    sender.join(timeout=600)
+    return {"idle_p99_ms": idle["latency_ms_p99"], "loaded_p99_ms": loaded["latency_ms_p99"],
+            "idle_p50_ms": idle["latency_ms_p50"], "loaded_p50_ms": loaded["latency_ms_p50"],
+            "p99_ratio": ratio(loaded["latency_ms_p99"], idle["latency_ms_p99"]),
+            "heavy_statements": len(heavy_s), "heavy_statement_s_median": statistics.median(heavy_s) if heavy_s else None,
+            "heavy_errors": errors}
+
+
 # ---- ingest, from this process ----------------------------------------------------------------
 
 
@@ -217,6 +269,7 @@ def setup_streamdb(dsn: str, rows: int) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("CREATE STREAM s (id BIGINT, v BIGINT)")
         c.execute("CREATE STREAM ing (id BIGINT, v BIGINT)")
+        c.execute("CREATE STREAM heavy (id BIGINT, pad TEXT)")
         t0 = time.monotonic()
         c.execute("CREATE MATERIALIZED VIEW kv AS SELECT id, max(v) AS v FROM s GROUP BY id")
         c.execute("CREATE MATERIALIZED VIEW ing_kv AS SELECT id, max(v) AS v FROM ing GROUP BY id")
@@ -238,6 +291,7 @@ def setup_postgres(dsn: str, rows: int) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("CREATE TABLE kv (id BIGINT PRIMARY KEY, v BIGINT)")
         c.execute("CREATE TABLE ing (id BIGINT PRIMARY KEY, v BIGINT)")
+        c.execute("CREATE TABLE heavy (id BIGINT, pad TEXT)")
         load_s = load_rows(c, "kv", rows)
         c.execute("ANALYZE kv")
         version = c.execute("SHOW server_version").fetchone()
@@ -272,6 +326,8 @@ def main() -> None:
     ap.add_argument("--protocols", default="simple,prepared", help="of simple, extended, prepared")
     ap.add_argument("--batch", type=int, default=100, help="rows per multi-row INSERT")
     ap.add_argument("--copy-batch", type=int, default=10_000, help="rows per COPY statement")
+    ap.add_argument("--heavy", default="insert,select",
+                    help="the fairness figure's large statements, of insert and select ('' leaves it out)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     runs = args.runs or (2 if args.quick else 3)
@@ -296,6 +352,8 @@ def main() -> None:
         p: {c: {s: [] for s in SYSTEMS} for c in clients} for p in protocols}
     ingest_raw: dict[str, dict[str, list[dict[str, Any]]]] = {k: {s: [] for s in SYSTEMS} for k in INGEST_KINDS}
     catch_up: dict[str, list[float]] = {k: [] for k in INGEST_KINDS}
+    heavy = heavy_statements([k for k in args.heavy.split(",") if k])
+    fairness_raw: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
 
     with tempfile.TemporaryDirectory(prefix="pg_compare-") as d:
         log = Path(d) / "streamdb.log"
@@ -331,6 +389,18 @@ def main() -> None:
                         say(f"  run {run + 1}/{runs} point {p:8s} {n} client(s): StreamDB "
                             f"{fmt(point_raw[p][n]['streamdb'][-1]['per_s'])} q/s, PostgreSQL "
                             f"{fmt(point_raw[p][n]['postgresql'][-1]['per_s'])} q/s")
+                for s in SYSTEMS if heavy else ():
+                    try:
+                        fr = measure_fairness(pool, dsns[s], rows, seconds, run * 100 + 50, heavy)
+                    except Exception as e:
+                        fr = {"error": f"{type(e).__name__}: {e}"[:500]}
+                        result["errors"].append(f"run {run + 1} fairness {s}: {fr['error']}")
+                    fairness_raw[s].append(fr)
+                if heavy:
+                    said = [fmt(fairness_raw[s][-1].get(f), ".1f") for s in SYSTEMS
+                            for f in ("idle_p99_ms", "loaded_p99_ms")]
+                    say(f"  run {run + 1}/{runs} fairness (point p99 alone -> with large statements): "
+                        f"StreamDB {said[0]} -> {said[1]} ms, PostgreSQL {said[2]} -> {said[3]} ms")
                 for k in INGEST_KINDS:
                     for s in SYSTEMS:
                         try:
@@ -388,6 +458,14 @@ def main() -> None:
         fig["streamdb_view_catch_up_s"] = stats(list(catch_up[k]))
         ingest_out[k] = fig
     result["point_select"] = point
+    if heavy:
+        fair: dict[str, Any] = {}
+        for s in SYSTEMS:
+            fair[s] = {f: stats([r.get(f) for r in fairness_raw[s]]) for f in
+                       ("idle_p99_ms", "loaded_p99_ms", "p99_ratio", "heavy_statement_s_median")}
+            fair[s]["heavy_statements"] = sum(r.get("heavy_statements", 0) for r in fairness_raw[s])
+            fair[s]["heavy_errors"] = [e for r in fairness_raw[s] for e in r.get("heavy_errors", [])]
+        result["fairness"] = fair
     result["ingest"] = ingest_out
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))
@@ -418,6 +496,15 @@ def print_table(result: dict[str, Any]) -> None:
     for k, f in result.get("ingest", {}).items():
         print(f"{k + ' rows/s':28s} {cell(f['streamdb']):>26s} {cell(f['postgresql']):>26s} "
               f"{fmt(f['ratio'], '.3f'):>7s}")
+    fair = result.get("fairness")
+    if fair:
+        for f in ("idle_p99_ms", "loaded_p99_ms", "p99_ratio"):
+            label = {"idle_p99_ms": "point p99 ms, alone", "loaded_p99_ms": "point p99 ms, large stmts",
+                     "p99_ratio": "  loaded / alone"}[f]
+            spec = ".2f" if f == "p99_ratio" else ".1f"
+            cells = [f"{fmt(fair[s][f]['median'], spec)} [{fmt(fair[s][f]['min'], spec)}-{fmt(fair[s][f]['max'], spec)}]"
+                     for s in SYSTEMS]
+            print(f"{label:28s} {cells[0]:>26s} {cells[1]:>26s} {'':>7s}")
     for e in result.get("errors", []):
         print(f"error: {e[:500]}")
 

@@ -15,6 +15,11 @@ from typing import Any, Protocol
 from streamdb.errors import Notice
 from streamdb.types import SqlType
 
+# Parsing and planning cost milliseconds per few hundred characters (sqlglot is pure Python): a
+# statement text this long or longer is parsed and planned on a worker thread, so one client's
+# large statement does not hold up every other session's messages on the event loop.
+OFF_LOOP_CHARS = 512
+
 
 @dataclass(frozen=True, slots=True)
 class LoginInfo:

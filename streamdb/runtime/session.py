@@ -29,7 +29,7 @@ from streamdb.planner.lookup import lookup_shaped
 from streamdb.planner.names import normalize as normalize_identifier
 from streamdb.planner.plans import CopyToPlan, DeclareCursorPlan, FetchPlan, Plan, QueryPlan, SubscribePlan
 from streamdb.runtime import coordinator, limits
-from streamdb.runtime.api import CopyInRequest, ExecutionResult, PreparedStatement, Statement
+from streamdb.runtime.api import OFF_LOOP_CHARS, CopyInRequest, ExecutionResult, PreparedStatement, Statement
 from streamdb.runtime.query import NeedsLiterals
 from streamdb.runtime.statements import copy as copy_runtime
 from streamdb.runtime.statements import select as select_runtime
@@ -333,7 +333,7 @@ class EngineSession:
                 if plan is None:
                     node = query_planner.bind_parameters(node, params, types)
             if plan is None:
-                plan = planner.plan(node, self._ctx(), statement.sql)
+                plan = await self._plan(node, statement.sql)
             if isinstance(plan, QueryPlan) and plan.lookup is not None:
                 # A lookup whose index is current costs less than scheduling a task for it.
                 answered = select_runtime.answer_from_current_index(plan, ExecContext(self.engine, self))
@@ -366,6 +366,12 @@ class EngineSession:
             log.exception("internal error running %r", redact_sql(statement.sql))  # no passwords in logs
             self._fail()
             raise InternalError(f"internal error: {type(e).__name__}: {e}") from e
+
+    async def _plan(self, node: Any, sql: str) -> Plan:
+        ctx = self._ctx()
+        if len(sql) < OFF_LOOP_CHARS:
+            return planner.plan(node, ctx, sql)
+        return await asyncio.to_thread(planner.plan, node, ctx, sql)  # pure: no Spark, no disk
 
     def _prepared_query_plan(self, node: Any, params: list[Any],
                              types: tuple[T.SqlType, ...]) -> QueryPlan | None:

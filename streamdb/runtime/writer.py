@@ -9,6 +9,7 @@ after the storage has synced it.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import itertools
 import uuid
@@ -38,6 +39,11 @@ async def _commit(engine: Engine, commit: Commit) -> None:
     """Commit durably, then count what it appended (streamdb_log_appended_*)."""
     await engine.storage.commit_async(commit)
     engine.metrics.committed(commit)
+
+
+# Rows built and encoded per statement on the event loop cost ~10 us each: past this many, a
+# worker thread does it, so a bulk INSERT or COPY chunk does not hold up other sessions.
+OFF_LOOP_ROWS = 1000
 
 
 def _now() -> dt.datetime:
@@ -190,7 +196,10 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
         payload_rows = [(C.dumps_event(e),) for e in events]
         commit.appends.extend(_stream_appends(rel, payload_rows, rowtimes, [None] * len(events)))
     else:
-        full_rows, rowtimes = build_rows(rel, names, rows, rowtime_given)
+        if len(rows) < OFF_LOOP_ROWS:
+            full_rows, rowtimes = build_rows(rel, names, rows, rowtime_given)
+        else:
+            full_rows, rowtimes = await asyncio.to_thread(build_rows, rel, names, rows, rowtime_given)
         return await append_rows(engine, rel, full_rows, rowtimes)
     await _commit(engine, commit)
     engine.notify_write(rel.id)
@@ -238,7 +247,11 @@ async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[An
         if rel.key_columns:
             idx = [rel.column_names().index(k) for k in rel.key_columns]
             keys = [C.key_of(tuple(r[i] for i in idx)) for r in full_rows]
-        commit.appends.extend(_stream_appends(rel, full_rows, rowtimes, keys or [None] * len(full_rows)))
+        keys = keys or [None] * len(full_rows)
+        if len(full_rows) < OFF_LOOP_ROWS:
+            commit.appends.extend(_stream_appends(rel, full_rows, rowtimes, keys))
+        else:
+            commit.appends.extend(await asyncio.to_thread(_stream_appends, rel, full_rows, rowtimes, keys))
     delay = delay_of(rel)
     if delay is not None and full_rows:
         # The watermark moves with the events that move it, in the same commit.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -46,6 +47,7 @@ class LiteralInsertReader:
     def __init__(self, parse_head: Callable[[str], exp.Expression | None]) -> None:
         self._parse_head = parse_head
         self._heads: dict[str, exp.Expression | None] = {}
+        self._lock = threading.Lock()  # sessions parse long texts on worker threads
 
     def read(self, text: str) -> tuple[exp.Insert, int, int] | None:
         """(tree, start, end) of the statement in `text` (end exclusive, no semicolon), or None
@@ -87,8 +89,10 @@ class LiteralInsertReader:
     def _target(self, head: str) -> exp.Expression | None:
         """The INSERT's target (a Table, or a Schema with its columns) as the parser reads the
         head, or None when the parser reads it otherwise."""
-        if head in self._heads:
+        try:
             return self._heads[head]
+        except KeyError:
+            pass
         target = None
         tree = self._parse_head(head + "(NULL)")
         if isinstance(tree, exp.Insert) and isinstance(tree.this, (exp.Table, exp.Schema)):
@@ -98,9 +102,10 @@ class LiteralInsertReader:
                     and isinstance(values.expressions[0], exp.Tuple)
                     and [type(e) for e in values.expressions[0].expressions] == [exp.Null]):
                 target = tree.this
-        self._heads[head] = target
-        while len(self._heads) > HEADS_KEPT:
-            self._heads.pop(next(iter(self._heads)))
+        with self._lock:
+            self._heads[head] = target
+            while len(self._heads) > HEADS_KEPT:
+                self._heads.pop(next(iter(self._heads)))
         return target
 
 

@@ -18,7 +18,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from streamdb import types as T
 from streamdb import values
@@ -38,6 +38,7 @@ from streamdb.errors import (
     TooManyConnections,
 )
 from streamdb.runtime.api import (
+    OFF_LOOP_CHARS,
     Column,
     CopyInRequest,
     Engine,
@@ -607,7 +608,7 @@ class Connection:
                 reader = pq.MessageReader(body)
                 sql = reader.cstring()
                 reader.end()  # a NUL inside the query string: 08P01, never run the prefix
-                statements = self._require_session().parse(sql)
+                statements = await _off_loop_if_long(sql, self._require_session().parse, sql)
             except StreamDBError as exc:
                 self._send_error(exc)
                 return
@@ -816,7 +817,7 @@ class Connection:
                 declared.append(array)
             else:
                 raise FeatureNotSupported(f"parameter type with OID {oid} is not supported")
-        self._statements[name] = self._require_session().prepare(sql, declared)
+        self._statements[name] = await _off_loop_if_long(sql, self._require_session().prepare, sql, declared)
         self._declared_types[name] = declared
         self._send(pq.parse_complete())
 
@@ -1004,6 +1005,17 @@ class Connection:
 # --- helpers -----------------------------------------------------------------------------
 
 _STREAM_END: Any = None
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+async def _off_loop_if_long(sql: str, work: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """`work` (parsing or preparing `sql`) on a worker thread when the text is long."""
+    if len(sql) < OFF_LOOP_CHARS:
+        return work(*args, **kwargs)
+    return await asyncio.to_thread(work, *args, **kwargs)
 
 
 async def _anext(iterator: AsyncIterator[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]] | None:
