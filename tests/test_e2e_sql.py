@@ -436,3 +436,36 @@ def test_a_long_statement_does_not_hold_up_other_sessions(server, unique):
     # were answered only as it ended).
     sent, ended = float(done["sent"]), float(done["at"])  # type: ignore[arg-type]
     assert answered_at[-1] - sent < 0.5 * (ended - sent), ([a - sent for a in answered_at], ended - sent)
+
+
+def test_prepared_inserts_put_their_values_straight_into_rows(conn, unique):
+    """A prepared INSERT executed again builds its rows from the bound values (no tree copied and
+    read back): the rows equal those of the same values written as literals, errors included."""
+    cols = "id BIGINT, n INT, x NUMERIC(8,3), name VARCHAR(6), ok BOOLEAN, at TIMESTAMPTZ, d DATE, j JSONB"
+    for kind, ddl in (("stream", f"CREATE STREAM {{}} ({cols})"),
+                      ("table", f"CREATE TABLE {{}} ({cols.replace('id BIGINT', 'id BIGINT PRIMARY KEY')})")):
+        bound, literal = f"pb_{kind}_{unique}", f"pl_{kind}_{unique}"
+        conn.execute(ddl.format(bound))
+        conn.execute(ddl.format(literal))
+        rows = [(i, -i * 3, Decimal(f"{i}.1255"), f"n{i}'", i % 2 == 0,
+                 dt.datetime(2026, 11, 26, i % 24, tzinfo=dt.UTC), dt.date(2026, 1, 1 + i % 28),
+                 None if i % 5 == 0 else f'{{"k": {i}}}') for i in range(25)]
+        with conn.cursor() as cur:
+            for r in rows:  # prepared from the first execution on: Parse once, then Bind + Execute
+                cur.execute(f"INSERT INTO {bound} VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", r, prepare=True)
+            cur.executemany(f"INSERT INTO {bound} (id, name) VALUES (%s, %s)", [(100 + i, None) for i in range(3)])
+        for r in rows:
+            conn.execute(f"INSERT INTO {literal} VALUES ({r[0]}, {r[1]}, {r[2]}, '{r[3].replace(chr(39), chr(39) * 2)}', "
+                         f"{r[4]}, '{r[5].isoformat()}', '{r[6]}', {'NULL' if r[7] is None else repr(r[7])})")
+        for i in range(3):
+            conn.execute(f"INSERT INTO {literal} (id, name) VALUES ({100 + i}, NULL)")
+        got = conn.execute(f"SELECT * FROM {bound} ORDER BY id").fetchall()
+        assert got == conn.execute(f"SELECT * FROM {literal} ORDER BY id").fetchall()
+        assert len(got) == 28 and got[1][2] == Decimal("1.126") and got[1][7] == {"k": 1}
+        for bad, state in (((1, 2**40, 0, "a", True, None, None, None), "22003"),
+                           ((1, 1, 0, "toolong", True, None, None, None), "22001"),
+                           ((1, 1, 0, "a", True, "not a time", None, None), "22007")):
+            with pytest.raises(psycopg.Error) as e:
+                conn.execute(f"INSERT INTO {bound} VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", bad, prepare=True)
+            assert e.value.sqlstate == state, (bad, str(e.value))
+        assert conn.execute(f"SELECT count(*) FROM {bound}").fetchone() == (28,)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlglot import exp
 
+from streamdb import types as T
 from streamdb.catalog import RelationDef
 from streamdb.errors import (
     FeatureNotSupported,
@@ -32,7 +35,11 @@ def refuse_write_to_view(rel: RelationDef, verb: str) -> None:
         raise WrongObjectType(f'cannot change materialized view "{rel.name}"')
 
 
-def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
+def plan(stmt: exp.Insert, ctx: PlanContext, bound: tuple[list[Any], tuple[T.SqlType, ...]] | None = None
+         ) -> InsertPlan:
+    """`bound`: the values and types of the statement's $n, for an INSERT whose VALUES are bare
+    parameters and constants (a prepared INSERT executed): its rows are built from them directly.
+    Raises NotALiteral when the statement needs its parameters bound into the tree instead."""
     target = stmt.this
     column_nodes: list[exp.Expression] = []
     if isinstance(target, exp.Schema):
@@ -83,13 +90,15 @@ def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
             if len(exprs) < len(names) and column_nodes:
                 raise StreamDBError("INSERT has more target columns than expressions", sqlstate="42601")
             try:
-                rows.append(tuple(literal_value(e) for e in exprs))
+                rows.append(tuple(literal_value(e) if bound is None else _bound_value(e, *bound) for e in exprs))
             except NotALiteral:
                 literal = False
                 break
         if literal:
             return InsertPlan(rel.name, rel.id, tuple(names), rows=tuple(_check_rows(rows, names, rel)),
                               rowtime_given=rowtime_given)
+    if bound is not None:
+        raise NotALiteral
     if source is None:
         raise FeatureNotSupported("INSERT without VALUES or a query is not supported")
     select = source if not isinstance(source, exp.Values) else exp.select("*").from_(
@@ -102,13 +111,19 @@ def plan(stmt: exp.Insert, ctx: PlanContext) -> InsertPlan:
     return InsertPlan(rel.name, rel.id, tuple(names), query=q, rowtime_given=rowtime_given)
 
 
+def _bound_value(e: exp.Expression, params: list[Any], types: tuple[T.SqlType, ...]) -> Any:
+    if isinstance(e, exp.Parameter) and isinstance(e.this, exp.Literal):
+        i = int(e.this.this) - 1
+        return query_planner.bound_literal_value(params[i] if i < len(params) else None,
+                                                 types[i] if i < len(types) else T.TEXT)
+    return literal_value(e)
+
+
 def _check_rows(rows, names, rel):
     """Coerce literal rows to the column types now, so type errors surface at planning."""
     if rel.schemaless:
         return rows
     types = {c.name: c.type for c in rel.columns}
-    from streamdb import types as T
-
     out = []
     for r in rows:
         out.append(tuple(

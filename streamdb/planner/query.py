@@ -9,7 +9,8 @@ Spark, no disk.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import Any
 
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
@@ -19,6 +20,7 @@ from streamdb import types as T
 from streamdb.catalog import RelationDef
 from streamdb.errors import FeatureNotSupported, StreamDBError, UndefinedColumn, UndefinedTable
 from streamdb.planner import pg_functions, privileges
+from streamdb.planner.coerce import NotALiteral, TypedValue
 from streamdb.planner.context import PlanContext
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
@@ -457,6 +459,28 @@ def literal_for(value: object, t: T.SqlType) -> exp.Expression:
         return exp.Cast(this=lit, to=exp.DataType.build(_cast_name(t), dialect="postgres"))
     text = values.format_text(value, t) if not isinstance(value, str) else value
     return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(_cast_name(t), dialect="postgres"))
+
+
+@cache
+def _cast_target(t: T.SqlType) -> T.SqlType | None:
+    """The type literal_value reads a literal_for(value, t) cast as (None: not a literal)."""
+    return T.type_from_name(exp.DataType.build(_cast_name(t), dialect="postgres").sql(dialect="postgres"))
+
+
+def bound_literal_value(value: object, t: T.SqlType) -> Any:
+    """literal_value(literal_for(value, t)), without building and reading back the tree: a prepared
+    INSERT's parameters go straight into its rows. Raises NotALiteral where that would."""
+    target = _cast_target(t)
+    if target is None:
+        raise NotALiteral
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and T.is_integer(t):
+        return TypedValue(value, target)
+    from streamdb import values
+
+    text = value if isinstance(value, str) else values.format_text(value, t)
+    return TypedValue(values.parse_text(text, target), target)
 
 
 def bind_parameters(ast: exp.Expression, params: list[object], types: tuple[T.SqlType, ...]) -> exp.Expression:

@@ -10,6 +10,8 @@ from collections.abc import Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sqlglot import exp
+
 from streamdb import planner
 from streamdb import types as T
 from streamdb.auth import redact_sql
@@ -22,8 +24,9 @@ from streamdb.errors import (
     UndefinedObject,
 )
 from streamdb.metrics import statement_kind
+from streamdb.planner import insert as insert_planner
 from streamdb.planner import query as query_planner
-from streamdb.planner.coerce import TypedValue, coerce
+from streamdb.planner.coerce import NotALiteral, TypedValue, coerce
 from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
 from streamdb.planner.lookup import lookup_shaped
 from streamdb.planner.names import normalize as normalize_identifier
@@ -330,6 +333,11 @@ class EngineSession:
                 else:
                     types, _ = planner.describe(node, self._ctx(), [None] * len(params))
                 plan = self._prepared_query_plan(node, params, types)
+                if plan is None and isinstance(node, exp.Insert):
+                    try:  # a prepared INSERT's values go straight into its rows
+                        plan = insert_planner.plan(node, self._ctx(), bound=(params, types))
+                    except NotALiteral:
+                        plan = None
                 if plan is None:
                     node = query_planner.bind_parameters(node, params, types)
             if plan is None:
