@@ -21,6 +21,7 @@ Type notes (Arrow -> Spark -> Arrow):
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import re
@@ -444,6 +445,7 @@ class SparkRuntime:
         if stop_now:
             _stop_session(spark)
         else:
+            gc.freeze()  # py4j's and pyspark's objects of the start, as server.py does for its own
             log.info("Spark ready in %.1fs (master %s)", self._start_seconds, self.master)
         self._ready.set()
 
