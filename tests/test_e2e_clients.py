@@ -42,3 +42,52 @@ def test_asyncpg_binary_extended_protocol(server, unique):
             await conn.close()
 
     asyncio.run(main())
+
+
+def test_every_statement_form_twenty_times_through_psycopg_and_asyncpg(server, unique):
+    """Drivers prepare statements on their own after a few runs (psycopg after 5, asyncpg's
+    statement cache at once): each literal and parameterized form of reads and writes runs 20
+    times through each, with its rows checked every time."""
+    import psycopg
+
+    t, v = f"reuse_{unique}", f"reuse_v_{unique}"
+    with server.connect() as c:
+        c.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT, n BIGINT)")
+        c.execute(f"INSERT INTO {t} VALUES " + ", ".join(f"({i}, 'n{i}', {i})" for i in range(40)))
+        c.execute(f"CREATE MATERIALIZED VIEW {v} AS SELECT name, sum(n) AS total FROM {t} GROUP BY name")
+        c.execute("FLUSH")
+
+    with psycopg.connect(server.dsn, autocommit=True) as conn:  # prepare_threshold: psycopg's default
+        for i in range(20):
+            assert conn.execute(f"SELECT total FROM {v} WHERE name = 'n7'").fetchall() == [(7,)]
+            assert conn.execute(f"SELECT total FROM {v} WHERE name = %s", (f"n{i}",)).fetchall() == [(i,)]
+            assert conn.execute(f"SELECT name FROM {t} WHERE id = 3").fetchall() == [("n3",)]
+            conn.execute(f"INSERT INTO {t} VALUES (1000, 'lit', 1)")
+            conn.execute(f"INSERT INTO {t} VALUES (%s, %s, %s)", (2000 + i, "par", i))
+            conn.execute(f"UPDATE {t} SET n = n + 1 WHERE id = 1000")
+            conn.execute(f"UPDATE {t} SET n = %s WHERE id = %s", (i * 10, 2000 + i))
+            assert conn.execute(f"SELECT n FROM {t} WHERE id = 1000").fetchall() == [(2,)]
+            assert conn.execute(f"SELECT n FROM {t} WHERE id = %s", (2000 + i,)).fetchall() == [(i * 10,)]
+            conn.execute(f"DELETE FROM {t} WHERE id = 1000")
+            conn.execute(f"DELETE FROM {t} WHERE id = %s", (2000 + i,))
+        assert conn.execute(f"SELECT count(*) FROM {t}").fetchall() == [(40,)]
+
+    async def main() -> None:
+        conn = await asyncpg.connect(host=server.host, port=server.port, user="streamdb", database="streamdb")
+        try:
+            for i in range(20):
+                assert [tuple(r) for r in await conn.fetch(f"SELECT total FROM {v} WHERE name = 'n7'")] == [(7,)]
+                assert await conn.fetchval(f"SELECT total FROM {v} WHERE name = $1", f"n{i}") == i
+                await conn.execute(f"INSERT INTO {t} VALUES (1000, 'lit', 1)")
+                await conn.execute(f"INSERT INTO {t} VALUES ($1, $2, $3)", 3000 + i, "par", i)
+                await conn.execute(f"UPDATE {t} SET n = n + 1 WHERE id = 1000")
+                await conn.execute(f"UPDATE {t} SET n = $1 WHERE id = $2", i * 10, 3000 + i)
+                assert await conn.fetchval(f"SELECT n FROM {t} WHERE id = 1000") == 2
+                assert await conn.fetchval(f"SELECT n FROM {t} WHERE id = $1", 3000 + i) == i * 10
+                await conn.execute(f"DELETE FROM {t} WHERE id = 1000")
+                await conn.execute(f"DELETE FROM {t} WHERE id = $1", 3000 + i)
+            assert await conn.fetchval(f"SELECT count(*) FROM {t}") == 40
+        finally:
+            await conn.close()
+
+    asyncio.run(main())

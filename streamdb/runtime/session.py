@@ -298,6 +298,10 @@ class EngineSession:
         self._param_types[id(st.ast)] = (st.ast, types)
         while len(self._param_types) > PARAM_TYPES_KEPT:
             self._param_types.pop(next(iter(self._param_types)))
+        if st.params is not None:
+            # Literal text answered from a template (a lookup's $n stand for its literals): the
+            # client's statement takes no parameters; Execute supplies the literals.
+            return PreparedStatement(st, (), columns)
         return PreparedStatement(st, types, columns)
 
     async def execute(self, statement: Statement, params: list[Any] | None = None) -> ExecutionResult:
@@ -322,7 +326,7 @@ class EngineSession:
                 "current transaction is aborted, commands ignored until end of transaction block")
         self._cancelled = False
         self._timed_out = False
-        if params is None and statement.params is not None:
+        if not params and statement.params is not None:
             params = list(statement.params)
         try:
             plan: Plan | None = None
