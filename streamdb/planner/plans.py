@@ -248,11 +248,18 @@ class UpdatePlan(Plan):
 
     relation_name: str
     relation_id: int
-    query: QueryPlan
+    query: QueryPlan | None  # None when the row is found by its key (below)
     is_delete: bool
+    # WHERE is exactly the primary key equal to constants: its values (column types), and for an
+    # UPDATE whose every assignment is a constant, those (column, literal value): the row is read
+    # and written by key, not found by a query over the whole table.
+    key: tuple[Any, ...] | None = None
+    assignments: tuple[tuple[str, Any], ...] | None = None
 
     def explain(self) -> str:
-        return f"{'Delete from' if self.is_delete else 'Update'} {self.relation_name}\n  matches: {self.query.duckdb_sql}"
+        by_key = f"\n  by primary key {self.key!r}" if self.key is not None else ""
+        matches = f"\n  matches: {self.query.duckdb_sql}" if self.query is not None else ""
+        return f"{'Delete from' if self.is_delete else 'Update'} {self.relation_name}{by_key}{matches}"
 
 
 @dataclass(frozen=True)
