@@ -71,19 +71,8 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
             return None
         outputs.append(name)
 
-    where = query.args["where"]
-    terms: list[exp.Expression] = []
-    pending = [where.this]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, exp.Paren):
-            pending.append(node.this)
-        elif isinstance(node, exp.And):
-            pending.extend((node.left, node.right))
-        else:
-            terms.append(node)
     keys: dict[str, tuple[int, int | str | None]] = {}
-    for term in terms:
+    for term in conjuncts(query.args["where"].this):
         if not isinstance(term, exp.EQ):
             return None
         name, value_side = column(term.left), term.right
@@ -98,6 +87,21 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
     return PointLookup(relation_id=inp.relation_id, output_columns=tuple(outputs),
                        key_columns=tuple(keys), key_params=tuple(p for p, _ in keys.values()),
                        key_literals=tuple(v for _, v in keys.values()))
+
+
+def conjuncts(condition: exp.Expr) -> list[exp.Expr]:
+    """The terms of a condition's top-level ANDs (parentheses looked through)."""
+    terms: list[exp.Expr] = []
+    pending = [condition]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, exp.Paren):
+            pending.append(node.this)
+        elif isinstance(node, exp.And):
+            pending.extend((node.left, node.right))
+        else:
+            terms.append(node)
+    return terms
 
 
 def _key_value(node: exp.Expr, column_type: T.SqlType,

@@ -13,6 +13,7 @@ from streamdb.planner import query as query_planner
 from streamdb.planner.coerce import NotALiteral, TypedValue, coerce, literal_value
 from streamdb.planner.context import PlanContext
 from streamdb.planner.insert import refuse_write_to_view
+from streamdb.planner.lookup import conjuncts
 from streamdb.planner.names import lookup_relation, normalize, position_of
 from streamdb.planner.plans import UpdatePlan
 from streamdb.planner.privileges import require
@@ -96,18 +97,8 @@ def _primary_key_values(where: exp.Expression | None, rel: RelationDef, table: e
     alias = table.args.get("alias")
     if alias is not None and alias.this is not None:
         qualifiers.add(normalize(alias.this))
-    terms: list[exp.Expr] = []
-    pending: list[exp.Expr] = [where]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, exp.Paren):
-            pending.append(node.this)
-        elif isinstance(node, exp.And):
-            pending.extend((node.left, node.right))
-        else:
-            terms.append(node)
     found: dict[str, Any] = {}
-    for term in terms:
+    for term in conjuncts(where):
         if not isinstance(term, exp.EQ):
             return None
         sides = [(c, o) for c, o in ((term.left, term.right), (term.right, term.left))
