@@ -493,10 +493,10 @@ def test_update_and_delete_by_primary_key_agree_with_the_query_path(server, conn
             f"DELETE FROM {{t}} WHERE id = {k}",
             f"UPDATE {{t}} SET n = 1.6 WHERE id = '{k}'",  # assignment rounds, '5' matches 5
         ]))
-    statements += [f"UPDATE {{t}} SET n = 1 WHERE id = 99999999999",  # out of the column's range: no row
-                   f"DELETE FROM {{t}} WHERE id = NULL",
-                   f"UPDATE {{t}} SET id = 100 WHERE id = 29",  # the key itself changes
-                   f"UPDATE {{t}} SET n = 5 WHERE {{t}}.id = 28"]
+    statements += ["UPDATE {t} SET n = 1 WHERE id = 99999999999",  # out of the column's range: no row
+                   "DELETE FROM {t} WHERE id = NULL",
+                   "UPDATE {t} SET id = 100 WHERE id = 29",  # the key itself changes
+                   "UPDATE {t} SET n = 5 WHERE {t}.id = 28"]
     for template in statements:
         a = conn.execute(template.format(t=fast)).statusmessage
         b = conn.execute(template.format(t=slow).replace(" WHERE ", " WHERE true AND ")).statusmessage
