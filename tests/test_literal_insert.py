@@ -94,6 +94,10 @@ def test_known_forms(text: str) -> None:
     "INSERT INTO xVALUES(1)",
     "INSERT INTO s VALUES (1",
     "INSERT INTO s VALUES ('open",
+    "INSERT INTO s VALUES (\u0661)",  # another script's digit
+    "INSERT INTO s VALUES\u00a0(1)",  # a no-break space
+    "\u2003INSERT INTO s VALUES (1)",
+    "INSERT INTO s VALUES (1)\f",
 ])
 def test_other_texts_take_the_parser(text: str) -> None:
     assert _LITERAL_INSERTS.read(text) is None

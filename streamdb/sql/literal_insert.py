@@ -23,20 +23,23 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+# Only the whitespace and digits SQL knows (ASCII): a no-break space or another script's digits
+# is for the parser to refuse.
+_WS = "[ \t\n\r]"
 _IDENT = r'(?:[A-Za-z_][A-Za-z0-9_]*|"[^"]+")'
 _HEAD = re.compile(
-    rf"\s*INSERT\s+INTO\s+{_IDENT}(?:\s*\.\s*{_IDENT}){{0,2}}"
-    rf"(?:\s*\(\s*{_IDENT}(?:\s*,\s*{_IDENT})*\s*\))?\s*\bVALUES\s*(?=\()",
-    re.IGNORECASE)
-_OPEN = re.compile(r"\s*\(")
+    rf"{_WS}*INSERT{_WS}+INTO{_WS}+{_IDENT}(?:{_WS}*\.{_WS}*{_IDENT}){{0,2}}"
+    rf"(?:{_WS}*\({_WS}*{_IDENT}(?:{_WS}*,{_WS}*{_IDENT})*{_WS}*\))?{_WS}*\bVALUES{_WS}*(?=\()",
+    re.IGNORECASE | re.ASCII)
+_OPEN = re.compile(rf"{_WS}*\(")
 # One value and what follows it: a comma (more values) or the row's closing parenthesis.
 _VALUE = re.compile(
-    r"""\s*(?:(?P<minus>-)?(?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"""
+    rf"""{_WS}*(?:(?P<minus>-)?(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"""
     r"""|(?P<string>'[^'\\]*(?:''[^'\\]*)*')"""
-    r"""|(?P<word>null|true|false)(?![\w$]))\s*(?P<sep>[,)])""",
-    re.IGNORECASE)
-_NEXT_ROW = re.compile(r"\s*,")
-_END = re.compile(r"\s*;?\s*\Z")
+    rf"""|(?P<word>null|true|false)(?![A-Za-z0-9_$])){_WS}*(?P<sep>[,)])""",
+    re.IGNORECASE | re.ASCII)
+_NEXT_ROW = re.compile(rf"{_WS}*,")
+_END = re.compile(rf"{_WS}*;?{_WS}*\Z")
 
 HEADS_KEPT = 256  # distinct heads remembered (per server: target tables and column lists)
 
@@ -83,7 +86,7 @@ class LiteralInsertReader:
         if _END.match(text, pos) is None:
             return None
         tree = exp.Insert(this=target.copy(), expression=exp.Values(expressions=rows))
-        start = len(text) - len(text.lstrip())
+        start = len(text) - len(text.lstrip(" \t\n\r"))
         return tree, start, pos
 
     def _target(self, head: str) -> exp.Expression | None:
