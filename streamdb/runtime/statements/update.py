@@ -23,11 +23,10 @@ async def execute(plan: UpdatePlan, ctx: ExecContext) -> ExecutionResult:
     rel = engine.catalog.snapshot().by_id(plan.relation_id)
     if rel is None:
         raise UndefinedTable(f'relation "{plan.relation_name}" does not exist')
-    if plan.key is not None and (plan.is_delete or plan.assignments is not None):
+    if plan.query is None:  # the planner found the row's key: no query to run
         return await _by_key(engine, rel, plan)
     # The match runs on a snapshot; the writer re-reads each row under the table's lock,
     # so a row deleted meanwhile is skipped rather than resurrected.
-    assert plan.query is not None
     rows = await query.run(engine, plan.query, ctx.info)
     if plan.is_delete:
         n = await writer.apply_table_changes(engine, rel, deletes=[r[0] for r in rows])
