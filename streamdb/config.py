@@ -7,6 +7,7 @@ pydantic validates everything at this edge; unknown keys are rejected.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -32,6 +33,9 @@ class Settings(BaseModel):
     # Ad hoc reads over more input rows than this run on Spark; smaller ones on the embedded engine.
     spark_read_threshold_rows: int = Field(1_000_000, ge=0)
     spark_shuffle_partitions: int = Field(2, ge=1)
+    # More Spark configuration (a TOML table; STREAMDB_SPARK_CONF as a JSON object), e.g. executor
+    # memory on a cluster. It wins over StreamDB's own choices, so it can also tune those.
+    spark_conf: dict[str, str] = Field(default_factory=dict)
     # Start Spark at server start (in the background). Tests of the wire layer may turn it off.
     spark_enabled: bool = True
     max_connections: int = Field(100, ge=1)
@@ -68,6 +72,25 @@ class Settings(BaseModel):
     # The console UI and its /api routes; /metrics stays on the console port unless metrics is off too.
     console: bool = True
     metrics: bool = True
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _check_spark_conf(cls, v: Any) -> Any:
+        if isinstance(v, str):  # from the environment
+            try:
+                v = json.loads(v)
+            except ValueError as e:
+                raise ValueError(f"must be a JSON object of Spark settings ({e})") from e
+        if not isinstance(v, dict):
+            raise ValueError("must be a table of Spark settings, e.g. {\"spark.executor.memory\" = \"4g\"}")
+        out = {}
+        for key, value in v.items():
+            if not isinstance(key, str) or not key.startswith("spark."):
+                raise ValueError(f"'{key}' is not a Spark setting (they start with 'spark.')")
+            if isinstance(value, (dict, list)) or value is None:
+                raise ValueError(f"{key}: a Spark setting's value is a string, number or boolean")
+            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
 
     @field_validator("spark_master")
     @classmethod

@@ -50,3 +50,37 @@ def test_cli_reports_bad_configuration_and_exits_2():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "port" in out.stderr
+
+
+def test_spark_conf_from_file_and_environment(tmp_path: Path):
+    cfg = tmp_path / "streamdb.toml"
+    cfg.write_text('[spark_conf]\n"spark.executor.memory" = "4g"\n"spark.sql.shuffle.partitions" = 8\n'
+                   '"spark.sql.streaming.checkpoint.fileChecksum.enabled" = false\n')
+    s = load_settings({}, config_file=str(cfg), environ={})
+    assert s.spark_conf == {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": "8",
+                            "spark.sql.streaming.checkpoint.fileChecksum.enabled": "false"}
+    s = load_settings({}, environ={"STREAMDB_SPARK_CONF": '{"spark.executor.cores": 2}'})
+    assert s.spark_conf == {"spark.executor.cores": "2"}
+    assert load_settings({}, environ={}).spark_conf == {}
+
+
+def test_spark_conf_is_checked(tmp_path: Path):
+    with pytest.raises(ConfigurationError, match="'executor.memory' is not a Spark setting"):
+        load_settings({}, environ={"STREAMDB_SPARK_CONF": '{"executor.memory": "4g"}'})
+    with pytest.raises(ConfigurationError, match="spark_conf: .*JSON object"):
+        load_settings({}, environ={"STREAMDB_SPARK_CONF": "spark.executor.memory=4g"})
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('spark_conf = ["spark.executor.memory"]\n')
+    with pytest.raises(ConfigurationError, match="spark_conf: .*table of Spark settings"):
+        load_settings({}, config_file=str(cfg), environ={})
+
+
+def test_spark_conf_reaches_spark_and_wins(tmp_path: Path):
+    from streamdb.runtime.spark.session import SparkRuntime
+
+    conf = load_settings({}, environ={"STREAMDB_SPARK_CONF": '{"spark.sql.adaptive.enabled": "false", '
+                                      '"spark.executor.memory": "3g"}'}).spark_conf
+    runtime = SparkRuntime("local[2]", work_dir=str(tmp_path), conf=conf)
+    spark_conf = runtime.spark_conf()
+    assert spark_conf["spark.sql.adaptive.enabled"] == "false"  # StreamDB's own default is "true"
+    assert spark_conf["spark.executor.memory"] == "3g"

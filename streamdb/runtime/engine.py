@@ -52,7 +52,8 @@ class Engine:
 
             self.spark = SparkRuntime(
                 settings.spark_master, work_dir=str(data_dir / "spark"),
-                conf={"spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions)},
+                conf={"spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+                      **settings.spark_conf},
             )
 
     def start(self) -> None:
