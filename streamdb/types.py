@@ -183,6 +183,9 @@ def type_from_name(name: str) -> SqlType | None:
     """Canonical type for a spelling such as 'int4', 'VARCHAR(20)' or 'timestamp with time zone'.
     varchar(n) and numeric(p, s) keep their modifiers (as the typmod); others are ignored."""
     base = name.strip().lower()
+    if base.endswith("[]"):  # a view's array column, e.g. of array_agg (one dimension)
+        element = type_from_name(base[:-2])
+        return None if element is None or isinstance(element, ArraySqlType) else array_of(element)
     modifier = ""
     if "(" in base:
         modifier = base[base.index("(") + 1:].split(")")[0].strip()

@@ -60,6 +60,9 @@ VIEWS = {
     # a window function (recomputed per partition): an upsert that changes grp moves a row between
     # partitions, and both partitions' old results must go in the same batch
     "lag": "SELECT id, grp, v, lag(v) OVER (PARTITION BY grp ORDER BY id) AS prev FROM {t}",
+    # arrays (recomputed per group; NULLs: test_array_agg_matches_postgresql_...): ORDER BY and
+    # DISTINCT as Postgres has them, and a catalog with array columns across kill -9
+    "array_agg": "SELECT grp, array_agg(v ORDER BY v DESC, id) AS vs, array_agg(DISTINCT v) AS dv FROM {t} GROUP BY grp",
 }
 
 
@@ -181,7 +184,7 @@ def test_view_lifecycle_and_introspection(conn, unique):
 # The stateful shapes (their state lives in Spark's state store and must survive kill -9 exactly
 # once), plus a linear view and a view over a view.
 KILL_VIEWS = ("agg", "having", "distinct", "join", "left_join", "full_join", "join_agg", "count_distinct",
-              "stream_agg", "top2", "filter")
+              "stream_agg", "top2", "filter", "array_agg")
 
 
 @pytest.fixture(scope="module")
@@ -623,3 +626,45 @@ def test_timestamps_and_dates_through_every_operator(conn, unique):
     assert conn.execute(f"SELECT id, sid FROM join_on_ts_{unique} ORDER BY id").fetchall() == [(1, 8)]
     assert conn.execute(f"SELECT at FROM top1_{unique} WHERE d = '1970-01-01'").fetchall() == \
         [(at.datetime(1970, 1, 1),)]
+
+
+def test_array_agg_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique):
+    """array_agg keeps NULLs, follows its ORDER BY (directions, NULLS FIRST/LAST, FILTER) and gives
+    DISTINCT values ascending with NULL last: the same rows from PostgreSQL 15, the embedded
+    engine, Spark and a materialized view (before and after changes)."""
+    t, mv = f"arr_{unique}", f"arr_mv_{unique}"
+    query = (f"SELECT k, array_agg(x ORDER BY y DESC, id) AS a, array_agg(DISTINCT x) AS d, "
+             f"array_agg(x ORDER BY y NULLS FIRST, x DESC) FILTER (WHERE id > 1) AS f, "
+             f"array_agg(x ORDER BY id) AS p, array_agg(s ORDER BY id) AS ss, "
+             f"array_agg(id ORDER BY id) FILTER (WHERE x IS NULL) FROM {t} GROUP BY k ORDER BY k")
+    changes = [f"INSERT INTO {t} VALUES (1, 1, 2, NULL, 'a'), (2, 1, NULL, 5, NULL), (3, 1, 1, 3, 'b,c'), "
+               f"(4, 1, 2, 3, ''), (5, 2, NULL, NULL, 'NULL'), (6, 3, 7, 1, 'x')",
+               f"UPDATE {t} SET x = NULL WHERE id = 3",
+               f"DELETE FROM {t} WHERE id = 6",
+               f"INSERT INTO {t} VALUES (7, 2, 4, 0, 'y')"]
+    with psycopg.connect(postgres_server, autocommit=True) as pg:
+        for c in (conn, pg):
+            c.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, x INT, y INT, s TEXT)")
+        conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS {query}")
+        try:
+            for change in changes:
+                for c in (conn, pg):
+                    c.execute(change)
+                cur = pg.execute(query)
+                expected, names = cur.fetchall(), [d.name for d in cur.description or ()]
+                cur = conn.execute(query)
+                assert cur.fetchall() == expected, change
+                assert [d.name for d in cur.description or ()] == names  # ..., "array_agg" as Postgres names it
+                conn.execute("SET streamdb.spark_read_threshold_rows = 0")
+                try:
+                    assert conn.execute(query).fetchall() == expected, change
+                    assert conn.execute("SHOW streamdb.last_query_engine").fetchall() == [("spark",)]
+                finally:
+                    conn.execute("RESET streamdb.spark_read_threshold_rows")
+                conn.execute("FLUSH")
+                assert conn.execute(f"SELECT * FROM {mv} ORDER BY k").fetchall() == expected, change
+            assert expected == [(1, [2, None, None, 2], [2, None], [None, 2, None], [2, None, None, 2],
+                                 ["a", None, "b,c", ""], [2, 3]),
+                                (2, [None, 4], [4, None], [None, 4], [None, 4], ["NULL", "y"], [5])]
+        finally:
+            pg.execute(f"DROP TABLE {t}")

@@ -117,6 +117,9 @@ def _convert(value: Any, target: T.SqlType, column: str) -> Any:
     name = target.name
     if isinstance(value, str):
         return values.parse_text(value, target)
+    if isinstance(value, (list, tuple)) and isinstance(target, T.ArraySqlType) and target.element is not None:
+        element = target.element  # an array's elements, each as its element type takes it
+        return [_convert(x, element, column) for x in value]
     if isinstance(value, bool):
         if target is T.BOOLEAN:
             return value

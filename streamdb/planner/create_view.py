@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import sqlglot
 from sqlglot import exp
 
 from streamdb.catalog import ColumnDef, RelationDef
 from streamdb.errors import DuplicateColumn, FeatureNotSupported, StreamDBError
+from streamdb.planner import asof
 from streamdb.planner import query as query_planner
 from streamdb.planner.aggregate import incremental_aggregate
 from streamdb.planner.context import PlanContext
@@ -72,9 +74,12 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     system = [i.system_key or "" for i in q.inputs if i.relation_id is None]
     if system:
         raise FeatureNotSupported(f"a materialized view cannot read system tables ({', '.join(system)})")
-    for join in body.find_all(exp.Join):
-        if str(join.args.get("method") or "").upper() == "ASOF":
-            raise FeatureNotSupported("ASOF joins are not supported in materialized views (Spark has none)")
+    if any(asof.is_asof(j) for j in body.find_all(exp.Join)) and \
+            any(asof.is_asof(j) for j in sqlglot.parse_one(q.resolved_sql, read="streamdb").find_all(exp.Join)):
+        raise FeatureNotSupported(
+            "this ASOF join in a materialized view",
+            hint="A view takes `a ASOF [LEFT] JOIN b ON a.k = b.k [AND ...] AND a.t <= b.t` (or <, >, >=): "
+                 "two tables, at least one equality and exactly one inequality.")
     if renamed is not None:
         if len(renamed) > len(q.columns):
             raise StreamDBError("CREATE MATERIALIZED VIEW specifies more column names than columns",

@@ -12,6 +12,7 @@ import re
 from functools import cache, lru_cache
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
@@ -19,7 +20,7 @@ from sqlglot.optimizer.qualify import qualify
 from streamdb import types as T
 from streamdb.catalog import RelationDef
 from streamdb.errors import FeatureNotSupported, StreamDBError, UndefinedColumn, UndefinedTable
-from streamdb.planner import pg_functions, privileges
+from streamdb.planner import asof, pg_functions, privileges
 from streamdb.planner.coerce import NotALiteral, TypedValue
 from streamdb.planner.context import PlanContext
 from streamdb.planner.lookup import point_lookup
@@ -338,6 +339,18 @@ def _resolve_tables(ast: exp.Expression, resolver: _Resolver) -> dict[str, list[
     return star_by_alias
 
 
+def _rewrite_asof(query: exp.Expression, star_by_alias: dict[str, list[str]], resolver: _Resolver,
+                  ctx: PlanContext) -> None:
+    keys: dict[str, tuple[str, ...]] = {}
+    for table in query.find_all(exp.Table):
+        alias = table.args.get("alias")
+        inp = resolver.inputs.get(table.name)
+        rel = ctx.catalog.by_id(inp.relation_id) if inp is not None and inp.relation_id is not None else None
+        if alias is not None and rel is not None:
+            keys[normalize(alias.this)] = rel.primary_key
+    asof.rewrite_asof_joins(query, star_by_alias, lambda alias: keys.get(alias, ()))
+
+
 def _source_aliases(select: exp.Select) -> list[tuple[str, exp.Expression]]:
     sources: list[exp.Expression] = []
     frm = select.args.get("from_") or select.args.get("from")
@@ -511,7 +524,7 @@ def postgres_column_name(node: exp.Expression) -> str:
                 "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
                 "decimal": "numeric", "json": "json", "jsonb": "jsonb",
                 }.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
-    if isinstance(node, exp.Window):
+    if isinstance(node, (exp.Window, exp.Filter)):  # agg(...) OVER (...), agg(...) FILTER (WHERE ...)
         return postgres_column_name(node.this)
     if isinstance(node, (exp.JSONExtract, exp.JSONExtractScalar)):
         return "?column?"  # an operator (->, ->>), not a function
@@ -572,6 +585,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     resolver = _Resolver(ctx, mode)
     star_by_alias = _resolve_tables(query, resolver)
     _expand_stars(query, star_by_alias)
+    if any(asof.is_asof(j) for j in query.find_all(exp.Join)):
+        _rewrite_asof(query, star_by_alias, resolver, ctx)
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
     refuse_non_boolean_conditions(query, inputs)
@@ -586,7 +601,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
         return None
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
-    duck_query = exact_numeric_avg(query, inputs)  # the engine's own avg() is a double
+    duck_query = _sorted_distinct_array_aggs(exact_numeric_avg(query, inputs))  # the engine's own avg() is a double
     described = duck_query.copy()
     for p in parameter_nodes(described):
         described_type = param_types[int(p.this.this) - 1]
@@ -647,9 +662,14 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
     """Spark SQL with Postgres semantics where types decide them: sqlglot keeps integer division
     integral (Spark's `/` is always fractional) once columns are qualified and typed."""
     try:
-        return _spark_epochs(_typed_copy(query, inputs)).sql(dialect="spark")
+        return spark_semantics(_typed_copy(query, inputs)).sql(dialect="spark")
     except Exception:  # noqa: BLE001 - some shapes defeat qualification; the plain form still runs
-        return _spark_epochs(query.copy()).sql(dialect="spark")
+        return spark_semantics(query.copy()).sql(dialect="spark")
+
+
+def spark_semantics(query: exp.Expression) -> exp.Expression:
+    """`query` (a copy it may change) rewritten where Spark's functions differ from Postgres'."""
+    return _spark_array_aggs(_spark_epochs(query))
 
 
 def _spark_epochs(query: exp.Expression) -> exp.Expression:
@@ -667,3 +687,80 @@ def _spark_epochs(query: exp.Expression) -> exp.Expression:
                           to=exp.DataType.build("DOUBLE"))
         return exp.Paren(this=exp.Div(this=micros, expression=exp.Literal.number(1000000)))
     return query.transform(fix)
+
+
+def _spark_array_aggs(query: exp.Expression) -> exp.Expression:
+    """array_agg as Postgres has it. Spark's collect_list drops NULLs and takes no ORDER BY
+    (sqlglot writes `array_agg(x ORDER BY y)` as a plain collect_list), so each value is
+    collected inside a struct (never NULL), with its ORDER BY keys, sorted by a comparator that
+    follows each key's direction and NULLS FIRST/LAST, then unwrapped. array_agg(DISTINCT x)
+    gives the distinct values ascending, NULL last, as Postgres' sort-based DISTINCT does."""
+    for node in list(query.find_all(exp.ArrayAgg)):
+        if node.args.get("nulls_excluded"):
+            continue  # one of ours, or already Spark's
+        arg, order, distinct = node.this, [], False
+        if isinstance(arg, exp.Order):
+            order, arg = list(arg.expressions), arg.this
+        if isinstance(arg, exp.Distinct):
+            if order or len(arg.expressions) != 1:
+                continue  # array_agg(DISTINCT x ORDER BY x): left to Spark as it is
+            distinct, arg = True, arg.expressions[0]
+        fields = [exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=o.this.copy()) for i, o in enumerate(order)]
+        fields.append(exp.PropertyEQ(this=exp.to_identifier("v"), expression=arg.copy()))
+        collected: exp.Expression = exp.ArrayAgg(this=exp.Struct(expressions=fields), nulls_excluded=True)
+        target: exp.Expression = node
+        if isinstance(node.parent, exp.Filter) and node.arg_key == "this":  # FILTER applies to the collecting
+            target = node.parent
+            collected = exp.Filter(this=collected, expression=target.expression.copy())
+        if isinstance(target.parent, exp.Window) and target.arg_key == "this":  # array_agg(x) OVER (...)
+            window = target.parent.copy()
+            window.set("this", collected)
+            target, collected = target.parent, window
+        if order:
+            compare = sqlglot.parse_one(f"array_sort(__x, {_comparator(order)})", read="spark").expression
+            collected = exp.ArraySort(this=collected, expression=compare)
+        unwrap = sqlglot.parse_one("transform(__x, __e -> __e.v)", read="spark").expression
+        out: exp.Expression = exp.Transform(this=collected, expression=unwrap)
+        if distinct:
+            out = exp.ArraySort(this=exp.ArrayDistinct(this=out))  # ascending, NULL last
+        target.replace(_null_if_empty(out, "size"))
+    return query
+
+
+def _null_if_empty(array: exp.Expression, size: str) -> exp.Expression:
+    """array_agg over no rows (all filtered out, or none) is NULL in Postgres, not an empty array.
+    Nothing else makes it empty: NULL values are kept."""
+    empty = exp.EQ(this=exp.Anonymous(this=size, expressions=[array.copy()]), expression=exp.Literal.number(0))
+    return exp.Case(ifs=[exp.If(this=empty, true=exp.Null())], default=array)
+
+
+def _sorted_distinct_array_aggs(query: exp.Expression) -> exp.Expression:
+    """array_agg(DISTINCT x) ascending with NULL last, as Postgres (and spark_semantics) give it
+    (the embedded engine gives its hash order), and NULL over no rows. Changes `query` (a copy)."""
+    for node in list(query.find_all(exp.ArrayAgg)):
+        target: exp.Expression = node.parent if isinstance(node.parent, exp.Filter) else node
+        if isinstance(target.parent, exp.Window):
+            target = target.parent
+        out: exp.Expression = target.copy()
+        if isinstance(node.this, exp.Distinct):
+            out = exp.Anonymous(this="list_sort", expressions=[out, exp.Literal.string("ASC"),
+                                                               exp.Literal.string("NULLS LAST")])
+        target.replace(_null_if_empty(out, "len"))
+    return query
+
+
+def _comparator(order: list[exp.Ordered]) -> str:
+    """A Spark array_sort comparator over structs (__l, __r) whose fields k0, k1, ... are the keys."""
+    text = "0"
+    for i in reversed(range(len(order))):
+        o = order[i]
+        desc = bool(o.args.get("desc"))
+        nulls_first = o.args.get("nulls_first")
+        if nulls_first is None:
+            nulls_first = desc  # Postgres: NULLs sort as larger than every value
+        lt, gt = ("1", "-1") if desc else ("-1", "1")
+        nf, nl = ("-1", "1") if nulls_first else ("1", "-1")
+        x, y = f"__l.k{i}", f"__r.k{i}"
+        text = (f"CASE WHEN NOT ({x} <=> {y}) THEN (CASE WHEN {x} IS NULL THEN {nf} WHEN {y} IS NULL THEN {nl} "
+                f"WHEN {x} < {y} THEN {lt} ELSE {gt} END) ELSE {text} END")
+    return f"(__l, __r) -> {text}"

@@ -42,7 +42,7 @@ from streamdb import types as T
 from streamdb.catalog import RelationDef
 from streamdb.errors import FeatureNotSupported, InternalError, StreamDBError
 from streamdb.planner import dataflow as D
-from streamdb.planner.query import _spark_epochs
+from streamdb.planner.query import spark_semantics
 from streamdb.runtime.spark import log_source
 from streamdb.runtime.spark.log_source import BASE_FIELDS, SEED_RELATION, column_name
 from streamdb.storage.base import LogReaderSpec
@@ -117,7 +117,7 @@ def render(e: exp.Expression, names: dict[str, str]) -> str:
             return c
         return node
 
-    return _spark_epochs(e.copy().transform(fix)).sql(dialect="spark")
+    return spark_semantics(e.copy().transform(fix)).sql(dialect="spark")
 
 
 def substitute(e: exp.Expression, defs: dict[str, exp.Expression]) -> exp.Expression:
