@@ -522,3 +522,17 @@ def test_update_and_delete_by_primary_key_agree_with_the_query_path(server, conn
             with pytest.raises(psycopg.Error) as e:
                 as_role.execute(statement)
             assert e.value.sqlstate == "42501", statement
+
+
+def test_risingwave_session_settings_are_accepted_and_shown(conn):
+    """RisingWave's session settings that its SQL files set (StreamDB sizes its Spark work itself):
+    SET takes them, SHOW gives them back, RESET restores the default."""
+    for name, value in (("streaming_parallelism", "4"), ("streaming_join_encoding", "cpu_optimized"),
+                        ("streaming_asof_join_use_cache", "false"), ("rw_streaming_enable_delta_join", "on")):
+        default = rows(conn, f"SHOW {name}")
+        conn.execute(f"SET {name} TO {value}")
+        assert rows(conn, f"SHOW {name}") == [(value,)]
+        conn.execute(f"RESET {name}")
+        assert rows(conn, f"SHOW {name}") == default
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        conn.execute("SET streaming_no_such_setting TO 1")

@@ -630,13 +630,16 @@ def test_timestamps_and_dates_through_every_operator(conn, unique):
 
 def test_array_agg_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique):
     """array_agg keeps NULLs, follows its ORDER BY (directions, NULLS FIRST/LAST, FILTER) and gives
-    DISTINCT values ascending with NULL last: the same rows from PostgreSQL 15, the embedded
+    DISTINCT values ascending with NULL last; string_agg with DISTINCT beside another DISTINCT
+    aggregate, and with a delimiter per row: the same rows from PostgreSQL 15, the embedded
     engine, Spark and a materialized view (before and after changes)."""
     t, mv = f"arr_{unique}", f"arr_mv_{unique}"
     query = (f"SELECT k, array_agg(x ORDER BY y DESC, id) AS a, array_agg(DISTINCT x) AS d, "
              f"array_agg(x ORDER BY y NULLS FIRST, x DESC) FILTER (WHERE id > 1) AS f, "
              f"array_agg(x ORDER BY id) AS p, array_agg(s ORDER BY id) AS ss, "
-             f"array_agg(id ORDER BY id) FILTER (WHERE x IS NULL) FROM {t} GROUP BY k ORDER BY k")
+             f"array_agg(id ORDER BY id) FILTER (WHERE x IS NULL), string_agg(s, ',' ORDER BY id DESC) AS sa, "
+             f"string_agg(DISTINCT s, '|' ORDER BY s) AS sd, count(DISTINCT s) AS cd, "
+             f"string_agg(s, x::text ORDER BY id) AS sx FROM {t} GROUP BY k ORDER BY k")
     changes = [f"INSERT INTO {t} VALUES (1, 1, 2, NULL, 'a'), (2, 1, NULL, 5, NULL), (3, 1, 1, 3, 'b,c'), "
                f"(4, 1, 2, 3, ''), (5, 2, NULL, NULL, 'NULL'), (6, 3, 7, 1, 'x')",
                f"UPDATE {t} SET x = NULL WHERE id = 3",
@@ -664,7 +667,8 @@ def test_array_agg_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn,
                 conn.execute("FLUSH")
                 assert conn.execute(f"SELECT * FROM {mv} ORDER BY k").fetchall() == expected, change
             assert expected == [(1, [2, None, None, 2], [2, None], [None, 2, None], [2, None, None, 2],
-                                 ["a", None, "b,c", ""], [2, 3]),
-                                (2, [None, 4], [4, None], [None, 4], [None, 4], ["NULL", "y"], [5])]
+                                 ["a", None, "b,c", ""], [2, 3], ",b,c,a", "|a|b,c", 3, "ab,c2"),
+                                (2, [None, 4], [4, None], [None, 4], [None, 4], ["NULL", "y"], [5], "y,NULL",
+                                 "NULL|y", 2, "NULL4y")]
         finally:
             pg.execute(f"DROP TABLE {t}")

@@ -601,7 +601,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
         return None
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
-    duck_query = _sorted_distinct_array_aggs(exact_numeric_avg(query, inputs))  # the engine's own avg() is a double
+    # The engine's own avg() is a double; its array_agg and string_agg differ from Postgres' too.
+    duck_query = _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))
     described = duck_query.copy()
     for p in parameter_nodes(described):
         described_type = param_types[int(p.this.this) - 1]
@@ -669,7 +670,7 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
 
 def spark_semantics(query: exp.Expression) -> exp.Expression:
     """`query` (a copy it may change) rewritten where Spark's functions differ from Postgres'."""
-    return _spark_array_aggs(_spark_epochs(query))
+    return _spark_string_aggs(_spark_array_aggs(_spark_epochs(query)))
 
 
 def _spark_epochs(query: exp.Expression) -> exp.Expression:
@@ -727,11 +728,110 @@ def _spark_array_aggs(query: exp.Expression) -> exp.Expression:
     return query
 
 
+_STRING_AGG_FOLD = ("CASE WHEN SIZE(__arr) = 0 THEN NULL ELSE AGGREGATE(SLICE(__arr, 2, SIZE(__arr)), "
+                    "ELEMENT_AT(__arr, 1).v, (__acc, __e) -> CONCAT(__acc, COALESCE(__e.d, ''), __e.v)) END")
+
+
+def _spark_string_aggs(query: exp.Expression) -> exp.Expression:
+    """string_agg where Spark's listagg cannot take it: a delimiter that is not a constant (Postgres
+    puts each row's delimiter before its value), and DISTINCT (listagg(DISTINCT ...) WITHIN GROUP
+    fails in Spark's planner next to another DISTINCT aggregate). The values (NULLs skipped) are
+    collected with their delimiters and ORDER BY keys, sorted, then folded; DISTINCT ones are
+    sorted and joined (Postgres requires their ORDER BY to be the value itself)."""
+    for node in list(query.find_all(exp.GroupConcat)):
+        arg, order, distinct = node.this, [], False
+        if isinstance(arg, exp.Order):
+            order, arg = list(arg.expressions), arg.this
+        if isinstance(arg, exp.Distinct):
+            if len(arg.expressions) != 1:
+                continue
+            distinct, arg = True, arg.expressions[0]
+        sep = node.args.get("separator")
+        constant = sep is None or isinstance(sep, exp.Literal)
+        if constant and not distinct:
+            continue  # listagg(x, ',') WITHIN GROUP (ORDER BY ...) is right as it is
+        target: exp.Expression = node
+        where = None
+        if isinstance(node.parent, exp.Filter) and node.arg_key == "this":
+            target, where = node.parent, node.parent.expression
+        if isinstance(target.parent, exp.Window):
+            continue  # string_agg(...) OVER (...): left as it is
+        if distinct:
+            if not constant or any(o.this != arg for o in order):
+                continue
+            collected: exp.Expression = exp.ArrayAgg(this=arg.copy(), nulls_excluded=True)
+            if where is not None:
+                collected = exp.Filter(this=collected, expression=where.copy())
+            values: exp.Expression = exp.ArraySort(this=exp.ArrayDistinct(this=collected))
+            if order and order[0].args.get("desc"):
+                values = exp.Anonymous(this="REVERSE", expressions=[values])
+            joined = exp.Anonymous(this="ARRAY_JOIN", expressions=[values.copy(),
+                                                                   (sep or exp.Literal.string(",")).copy()])
+            empty = exp.EQ(this=exp.Anonymous(this="size", expressions=[values]), expression=exp.Literal.number(0))
+            target.replace(exp.Case(ifs=[exp.If(this=empty, true=exp.Null())], default=joined))
+            continue
+        assert sep is not None
+        fields = [exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=o.this.copy()) for i, o in enumerate(order)]
+        fields += [exp.PropertyEQ(this=exp.to_identifier("d"), expression=exp.cast(sep.copy(), "STRING")),
+                   exp.PropertyEQ(this=exp.to_identifier("v"), expression=exp.cast(arg.copy(), "STRING"))]
+        collected = exp.ArrayAgg(this=exp.Struct(expressions=fields), nulls_excluded=True)
+        if where is not None:
+            collected = exp.Filter(this=collected, expression=where.copy())
+        kept: exp.Expr = sqlglot.parse_one("filter(__x, __e -> __e.v IS NOT NULL)", read="spark")
+        kept.set("this", collected)
+        array: exp.Expr = kept
+        if order:
+            compare = sqlglot.parse_one(f"array_sort(__x, {_comparator(order)})", read="spark").expression
+            array = exp.ArraySort(this=array, expression=compare)
+        folded = sqlglot.parse_one(_STRING_AGG_FOLD, read="spark")
+        for placeholder in list(folded.find_all(exp.Column)):
+            if placeholder.name == "__arr" and not placeholder.table:
+                placeholder.replace(array.copy())
+        target.replace(folded)
+    return query
+
+
 def _null_if_empty(array: exp.Expression, size: str) -> exp.Expression:
     """array_agg over no rows (all filtered out, or none) is NULL in Postgres, not an empty array.
     Nothing else makes it empty: NULL values are kept."""
     empty = exp.EQ(this=exp.Anonymous(this=size, expressions=[array.copy()]), expression=exp.Literal.number(0))
     return exp.Case(ifs=[exp.If(this=empty, true=exp.Null())], default=array)
+
+
+_DUCKDB_STRING_AGG_FOLD = ("CASE WHEN LEN(__arr) = 0 THEN NULL ELSE __arr[1].v || ARRAY_TO_STRING("
+                           "LIST_TRANSFORM(__arr[2:], __e -> COALESCE(__e.d, '') || __e.v), '') END")
+
+
+def _duckdb_string_aggs(query: exp.Expression) -> exp.Expression:
+    """string_agg with a delimiter that is not a constant, which the embedded engine refuses:
+    Postgres puts each row's delimiter before its value (the first value has none). The values
+    (NULLs skipped) are listed with their delimiters in the aggregate's order, then joined."""
+    for node in list(query.find_all(exp.GroupConcat)):
+        sep = node.args.get("separator")
+        if sep is None or isinstance(sep, exp.Literal) or isinstance(node.parent, exp.Window):
+            continue
+        arg, order = node.this, None
+        if isinstance(arg, exp.Order):
+            order, arg = arg, arg.this
+        if isinstance(arg, exp.Distinct):
+            continue
+        target: exp.Expression = node
+        present: exp.Expr = exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null()))
+        if isinstance(node.parent, exp.Filter) and node.arg_key == "this":
+            target = node.parent
+            present = exp.and_(exp.Paren(this=node.parent.expression.this.copy()), present)
+        pair: exp.Expression = exp.Struct(expressions=[
+            exp.PropertyEQ(this=exp.to_identifier("d"), expression=exp.cast(sep.copy(), "VARCHAR")),
+            exp.PropertyEQ(this=exp.to_identifier("v"), expression=exp.cast(arg.copy(), "VARCHAR"))])
+        if order is not None:
+            pair = exp.Order(this=pair, expressions=[o.copy() for o in order.expressions])
+        listed = exp.Filter(this=exp.ArrayAgg(this=pair), expression=exp.Where(this=present))
+        folded = sqlglot.parse_one(_DUCKDB_STRING_AGG_FOLD, read="duckdb")
+        for placeholder in list(folded.find_all(exp.Column)):
+            if placeholder.name == "__arr" and not placeholder.table:
+                placeholder.replace(exp.Paren(this=listed.copy()))
+        target.replace(folded)
+    return query
 
 
 def _sorted_distinct_array_aggs(query: exp.Expression) -> exp.Expression:

@@ -613,6 +613,24 @@ class PipelineManager:
         log.warning("pipeline depth-%d failed (retry in %.0fs): %s", depth, delay, error.message)
         self.maintainer.progressed(wake=True)
 
+    def release_failed(self, view_id: int) -> set[int]:
+        """`view_id` failed its CREATE and is gone from the catalog. If its pipeline is failing, the
+        other views in it failed with it (a batch fails as a whole): their errors are cleared and
+        the pipeline restarts without it at once, not after its retry delay. Returns those views
+        (they fail again, with their own error, if the cause was theirs)."""
+        for running in self._running.values():
+            if view_id not in running.views or running.failed is None:
+                continue
+            others = {vid for vid in running.views if vid != view_id}
+            for vid in others:
+                st = self.maintainer.status_of(vid)
+                if not st.error_in_rows and st.error == running.failed.message:
+                    st.error, st.error_sqlstate = None, None
+            running.retry_at = time.monotonic()
+            self.maintainer.progressed(wake=True)
+            return others
+        return set()
+
     def stop(self) -> None:
         for running in list(self._running.values()):
             running.pipeline.stop()

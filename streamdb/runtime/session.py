@@ -91,6 +91,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     # Accepted for RisingWave compatibility; StreamDB sizes its Spark work itself.
     "streaming_parallelism": "default",
     "streaming_join_encoding": "default",
+    "streaming_asof_join_use_cache": "true",
     "rw_streaming_enable_delta_join": "off",
     "rw_batch_enable_sort_agg": "on",
     "query_mode": "auto",

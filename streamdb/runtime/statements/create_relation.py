@@ -85,6 +85,12 @@ async def _hydrate(ctx: ExecContext, name: str, tag: str) -> ExecutionResult:
                 await engine.storage.commit_async(commit)
                 engine.catalog.applied(snapshot)
                 engine.reader.forget(current.id)
-        raise StreamDBError(f'materialized view "{name}" could not be computed: {status.error}',
-                            sqlstate=status.error_sqlstate or "XX000")
+        error = StreamDBError(f'materialized view "{name}" could not be computed: {status.error}',
+                              sqlstate=status.error_sqlstate or "XX000")
+        # The views that shared its pipeline failed with it: they go on without it before the
+        # CREATE answers, so the next statement does not see them failing for this one's sake.
+        others = engine.views.pipelines.release_failed(view.id)
+        if others:
+            await engine.flush(only=others)
+        raise error
     return ExecutionResult(tag, notices=[n for n in notices if f'"{name}"' not in n.message])
