@@ -645,33 +645,12 @@ def test_array_agg_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn,
                f"UPDATE {t} SET x = NULL WHERE id = 3",
                f"DELETE FROM {t} WHERE id = 6",
                f"INSERT INTO {t} VALUES (7, 2, 4, 0, 'y')"]
-    with psycopg.connect(postgres_server, autocommit=True) as pg:
-        for c in (conn, pg):
-            c.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, x INT, y INT, s TEXT)")
-        conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS {query}")
-        try:
-            for change in changes:
-                for c in (conn, pg):
-                    c.execute(change)
-                cur = pg.execute(query)
-                expected, names = cur.fetchall(), [d.name for d in cur.description or ()]
-                cur = conn.execute(query)
-                assert cur.fetchall() == expected, change
-                assert [d.name for d in cur.description or ()] == names  # ..., "array_agg" as Postgres names it
-                conn.execute("SET streamdb.spark_read_threshold_rows = 0")
-                try:
-                    assert conn.execute(query).fetchall() == expected, change
-                    assert conn.execute("SHOW streamdb.last_query_engine").fetchall() == [("spark",)]
-                finally:
-                    conn.execute("RESET streamdb.spark_read_threshold_rows")
-                conn.execute("FLUSH")
-                assert conn.execute(f"SELECT * FROM {mv} ORDER BY k").fetchall() == expected, change
-            assert expected == [(1, [2, None, None, 2], [2, None], [None, 2, None], [2, None, None, 2],
-                                 ["a", None, "b,c", ""], [2, 3], ",b,c,a", "|a|b,c", 3, "ab,c2"),
-                                (2, [None, 4], [4, None], [None, 4], [None, 4], ["NULL", "y"], [5], "y,NULL",
-                                 "NULL|y", 2, "NULL4y")]
-        finally:
-            pg.execute(f"DROP TABLE {t}")
+    expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, k INT, x INT, y INT, s TEXT)",
+                                   query, mv, changes, ordered=True)
+    assert expected == [(1, [2, None, None, 2], [2, None], [None, 2, None], [2, None, None, 2],
+                         ["a", None, "b,c", ""], [2, 3], ",b,c,a", "|a|b,c", 3, "ab,c2"),
+                        (2, [None, 4], [4, None], [None, 4], [None, 4], ["NULL", "y"], [5], "y,NULL",
+                         "NULL|y", 2, "NULL4y")]
 
 
 def test_a_failed_create_leaves_the_views_beside_it_working(conn, unique):
@@ -692,3 +671,53 @@ def test_a_failed_create_leaves_the_views_beside_it_working(conn, unique):
     conn.execute("FLUSH")
     assert conn.execute(f"SELECT * FROM fc_good_{unique} ORDER BY id").fetchall() == \
         sorted(conn.execute(good).fetchall()) == [(1, None), (2, 1), (3, 2)]
+
+
+def test_fetch_with_ties_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique):
+    """FETCH FIRST n ROWS WITH TIES keeps every row tied with the n-th (it was read as LIMIT n)."""
+    t, mv = f"ties_{unique}", f"ties_mv_{unique}"
+    query = f"SELECT v1 AS a, v2 FROM {t} ORDER BY a DESC, 2 FETCH FIRST 3 ROWS WITH TIES"
+    changes = [f"INSERT INTO {t} VALUES (1, 1, 0), (2, 1, 1), (3, 1, 2), (4, 0, 9), (5, 2, 0)",
+               f"INSERT INTO {t} VALUES (6, 1, 1)",
+               f"DELETE FROM {t} WHERE id = 5",
+               f"INSERT INTO {t} VALUES (7, 3, 3), (8, 3, 3)"]
+    expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, v1 INT, v2 INT)", query, mv,
+                                   changes, ordered=False)
+    assert expected == [(1, 0), (3, 3), (3, 3)]  # ties are on both keys: (1, 0) has none
+    with pytest.raises(psycopg.errors.SyntaxError, match="WITH TIES cannot be specified without ORDER BY"):
+        conn.execute(f"SELECT v1 FROM {t} FETCH FIRST 1 ROWS WITH TIES")
+
+
+def _same_as_postgresql(conn, postgres_dsn: str, table: str, query: str, mv: str, changes: list[str],
+                        ordered: bool) -> list[tuple]:
+    """`table` (name and columns) made on StreamDB and on PostgreSQL 15, and a view `mv` over
+    `query`; after each change (made on both): PostgreSQL's rows and column names from the
+    embedded engine, from Spark and (rows) from the view. Returns the last rows."""
+    def fetch(c, sql):
+        cur = c.execute(sql)
+        got = cur.fetchall()
+        return (got if ordered else sorted(got)), [d.name for d in cur.description or ()]
+
+    expected: list[tuple] = []
+    with psycopg.connect(postgres_dsn, autocommit=True) as pg:
+        for c in (conn, pg):
+            c.execute(f"CREATE TABLE {table}")
+        conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS {query}")
+        try:
+            for change in changes:
+                for c in (conn, pg):
+                    c.execute(change)
+                expected, names = fetch(pg, query)
+                assert fetch(conn, query) == (expected, names), change
+                conn.execute("SET streamdb.spark_read_threshold_rows = 0")
+                try:
+                    assert fetch(conn, query) == (expected, names), (change, "spark")
+                    assert conn.execute("SHOW streamdb.last_query_engine").fetchall() == [("spark",)]
+                finally:
+                    conn.execute("RESET streamdb.spark_read_threshold_rows")
+                conn.execute("FLUSH")
+                view_sql = f"SELECT * FROM {mv}" + (" ORDER BY k" if ordered else "")
+                assert fetch(conn, view_sql)[0] == expected, (change, "view")
+        finally:
+            pg.execute(f"DROP TABLE {table.split()[0]}")
+    return expected

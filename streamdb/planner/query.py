@@ -339,6 +339,55 @@ def _resolve_tables(ast: exp.Expression, resolver: _Resolver) -> dict[str, list[
     return star_by_alias
 
 
+def _rewrite_with_ties(select: exp.Select) -> None:
+    """`ORDER BY k FETCH FIRST n ROWS WITH TIES` as `RANK() OVER (ORDER BY k) <= n` in a subquery:
+    the rows ranked at most n are the first n and every row tied with the last of them. Neither
+    engine takes WITH TIES (it was read as a plain LIMIT), and a view needs the same form."""
+    limit = select.args.get("limit")
+    options = limit.args.get("limit_options") if isinstance(limit, exp.Fetch) else None
+    if options is None or not options.args.get("with_ties"):
+        return
+    assert isinstance(limit, exp.Fetch)
+    order = select.args.get("order")
+    if order is None:
+        raise StreamDBError("WITH TIES cannot be specified without ORDER BY clause", sqlstate="42601")
+    if select.args.get("offset") is not None or select.args.get("distinct") is not None:
+        raise FeatureNotSupported("FETCH ... WITH TIES together with OFFSET or DISTINCT")
+    count = limit.args.get("count")
+    if count is None:
+        count = exp.Literal.number(1)
+    outputs = list(select.expressions)
+    by_alias = {normalize(e.args["alias"]): e.this for e in outputs if isinstance(e, exp.Alias)}
+
+    def key(e: exp.Expression) -> exp.Expression:
+        if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and 0 < int(e.this) <= len(outputs):
+            chosen = outputs[int(e.this) - 1]  # ORDER BY 2
+            return (chosen.this if isinstance(chosen, exp.Alias) else chosen).copy()
+        if isinstance(e, exp.Column) and not e.table and normalize(e.this) in by_alias:
+            return by_alias[normalize(e.this)].copy()  # ORDER BY an output column's name
+        return e.copy()
+
+    keys = [exp.Ordered(this=key(o.this), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first"))
+            for o in order.expressions]
+    rank = exp.Window(this=exp.Anonymous(this="RANK"), order=exp.Order(expressions=keys))
+    inner = select.copy()
+    inner.set("order", None)
+    inner.set("limit", None)
+    inner.set("expressions", [exp.alias_((e.this if isinstance(e, exp.Alias) else e).copy(), f"__t{i}", quoted=True)
+                              for i, e in enumerate(outputs)])
+    inner.append("expressions", exp.alias_(rank, "__ties_rank", quoted=True))
+    for arg in list(select.args):
+        if arg != "with":
+            select.set(arg, None)
+    select.set("expressions", [exp.alias_(exp.column(f"__t{i}", table="__ties", quoted=True),
+                                          postgres_column_name(e), quoted=True) for i, e in enumerate(outputs)])
+    select.set("from_", exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(
+        this=exp.to_identifier("__ties", quoted=True)))))
+    select.set("where", exp.Where(this=exp.LTE(this=exp.column("__ties_rank", table="__ties", quoted=True),
+                                               expression=count.copy())))
+    select.set("order", exp.Order(expressions=[exp.Ordered(this=exp.column("__ties_rank", table="__ties", quoted=True))]))
+
+
 def _rewrite_asof(query: exp.Expression, star_by_alias: dict[str, list[str]], resolver: _Resolver,
                   ctx: PlanContext) -> None:
     keys: dict[str, tuple[str, ...]] = {}
@@ -587,6 +636,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     _expand_stars(query, star_by_alias)
     if any(asof.is_asof(j) for j in query.find_all(exp.Join)):
         _rewrite_asof(query, star_by_alias, resolver, ctx)
+    for select in list(query.find_all(exp.Select)):
+        _rewrite_with_ties(select)
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
     refuse_non_boolean_conditions(query, inputs)
