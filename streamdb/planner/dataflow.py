@@ -302,10 +302,14 @@ def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
 
 
 def _and(parts: list[exp.Expression]) -> exp.Expression | None:
+    """The conjunction of `parts`. A part that is itself an OR (its parentheses were looked through
+    when the condition was split) is parenthesised again: sqlglot prints the tree as it is, and
+    `a AND (b OR c)` printed without them is `(a AND b) OR c`."""
     if not parts:
         return None
-    out = parts[0]
-    for p in parts[1:]:
+    wrapped = [exp.Paren(this=p) if isinstance(p, exp.Connector) else p for p in parts]
+    out = wrapped[0]
+    for p in wrapped[1:]:
         out = exp.And(this=out, expression=p)
     return out
 
