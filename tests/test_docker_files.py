@@ -8,6 +8,7 @@ entrypoint (first-start password bootstrap) and health check run here against a 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -318,6 +319,8 @@ def test_operations_guide_lists_every_setting_with_its_flag_and_default():
             assert int(literal) == default, name
         elif isinstance(default, Path):
             assert Path(literal) == default, name
+        elif isinstance(default, dict):
+            assert json.loads(literal) == default, name  # a table: `{}`
         else:
             assert literal == default, name
 
