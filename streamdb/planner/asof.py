@@ -30,8 +30,9 @@ from streamdb.planner.lookup import conjuncts
 from streamdb.planner.names import normalize
 
 RANK_COLUMN = "__asof_rn"
-_INEQUALITIES: dict[type, tuple[bool, bool]] = {  # L.a <op> R.b -> (R's b closest from above?, strict)
-    exp.LTE: (True, False), exp.LT: (True, True), exp.GTE: (False, False), exp.GT: (False, True)}
+# L.a <op> R.b -> whether the best R.b is the smallest allowed (it lies above L.a). Strictness needs
+# nothing here: the inequality stays in the join's condition.
+_FROM_ABOVE: dict[type, bool] = {exp.LTE: True, exp.LT: True, exp.GTE: False, exp.GT: False}
 _MIRRORED: dict[type, type] = {exp.LTE: exp.GTE, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.GT: exp.LT}
 
 
@@ -95,7 +96,7 @@ def _rewrite(select: exp.Select, columns_of: dict[str, list[str]], key_of: Calla
             equalities += 1
             continue
         kind: type = type(c)
-        if kind not in _INEQUALITIES or inequality is not None:
+        if kind not in _FROM_ABOVE or inequality is not None:
             return
         if sa == right:  # R.b <op> L.a: read it as L.a <mirrored op> R.b
             kind, b = _MIRRORED[kind], a
@@ -103,7 +104,7 @@ def _rewrite(select: exp.Select, columns_of: dict[str, list[str]], key_of: Calla
     if not equalities or inequality is None:
         return
     kind, right_bound = inequality
-    ascending, _ = _INEQUALITIES[kind]
+    ascending = _FROM_ABOVE[kind]
 
     def ref(alias: str, name: str) -> exp.Column:
         return exp.column(name, table=alias, quoted=True)

@@ -759,7 +759,7 @@ def _spark_array_aggs(query: exp.Expression) -> exp.Expression:
             distinct, arg = True, arg.expressions[0]
         fields = [exp.PropertyEQ(this=exp.to_identifier(f"k{i}"), expression=o.this.copy()) for i, o in enumerate(order)]
         fields.append(exp.PropertyEQ(this=exp.to_identifier("v"), expression=arg.copy()))
-        collected: exp.Expression = exp.ArrayAgg(this=exp.Struct(expressions=fields), nulls_excluded=True)
+        collected: exp.Expr = exp.ArrayAgg(this=exp.Struct(expressions=fields), nulls_excluded=True)
         target: exp.Expression = node
         if isinstance(node.parent, exp.Filter) and node.arg_key == "this":  # FILTER applies to the collecting
             target = node.parent
@@ -769,8 +769,7 @@ def _spark_array_aggs(query: exp.Expression) -> exp.Expression:
             window.set("this", collected)
             target, collected = target.parent, window
         if order:
-            compare = sqlglot.parse_one(f"array_sort(__x, {_comparator(order)})", read="spark").expression
-            collected = exp.ArraySort(this=collected, expression=compare)
+            collected = _sorted_by(collected, order)
         unwrap = sqlglot.parse_one("transform(__x, __e -> __e.v)", read="spark").expression
         out: exp.Expression = exp.Transform(this=collected, expression=unwrap)
         if distinct:
@@ -832,14 +831,24 @@ def _spark_string_aggs(query: exp.Expression) -> exp.Expression:
         kept.set("this", collected)
         array: exp.Expr = kept
         if order:
-            compare = sqlglot.parse_one(f"array_sort(__x, {_comparator(order)})", read="spark").expression
-            array = exp.ArraySort(this=array, expression=compare)
-        folded = sqlglot.parse_one(_STRING_AGG_FOLD, read="spark")
-        for placeholder in list(folded.find_all(exp.Column)):
-            if placeholder.name == "__arr" and not placeholder.table:
-                placeholder.replace(array.copy())
-        target.replace(folded)
+            array = _sorted_by(array, order)
+        target.replace(_fold(_STRING_AGG_FOLD, "spark", array))
     return query
+
+
+def _fold(template: str, dialect: str, array: exp.Expr) -> exp.Expr:
+    """`template` (SQL of `dialect`) with each `__arr` in it replaced by a copy of `array`."""
+    folded = sqlglot.parse_one(template, read=dialect)
+    for placeholder in list(folded.find_all(exp.Column)):
+        if placeholder.name == "__arr" and not placeholder.table:
+            placeholder.replace(array.copy())
+    return folded
+
+
+def _sorted_by(array: exp.Expr, order: list[exp.Ordered]) -> exp.Expr:
+    """Spark's array_sort of structs whose fields k0, k1, ... are the ORDER BY keys of `order`."""
+    compare = sqlglot.parse_one(f"array_sort(__x, {_comparator(order)})", read="spark").expression
+    return exp.ArraySort(this=array, expression=compare)
 
 
 def _null_if_empty(array: exp.Expression, size: str) -> exp.Expression:
@@ -877,11 +886,7 @@ def _duckdb_string_aggs(query: exp.Expression) -> exp.Expression:
         if order is not None:
             pair = exp.Order(this=pair, expressions=[o.copy() for o in order.expressions])
         listed = exp.Filter(this=exp.ArrayAgg(this=pair), expression=exp.Where(this=present))
-        folded = sqlglot.parse_one(_DUCKDB_STRING_AGG_FOLD, read="duckdb")
-        for placeholder in list(folded.find_all(exp.Column)):
-            if placeholder.name == "__arr" and not placeholder.table:
-                placeholder.replace(exp.Paren(this=listed.copy()))
-        target.replace(folded)
+        target.replace(_fold(_DUCKDB_STRING_AGG_FOLD, "duckdb", exp.Paren(this=listed)))
     return query
 
 
