@@ -524,6 +524,41 @@ def test_update_and_delete_by_primary_key_agree_with_the_query_path(server, conn
             assert e.value.sqlstate == "42501", statement
 
 
+def test_concurrent_updates_of_one_row_lose_nothing(server, conn, unique):
+    """Two sessions update the same row at once: by key with constants (each its own column) and
+    through the query path with `SET n = n + 1`. Every acknowledged change is in the final row,
+    as in PostgreSQL; the view over the table agrees with its batch query."""
+    import threading
+
+    t = f"cu_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b INT, n INT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 0, 0, 0), (2, 0, 0, 0)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS SELECT sum(a) AS a, sum(b) AS b, sum(n) AS n FROM {t}")
+    rounds = 60
+    errors: list[BaseException] = []
+
+    def worker(column: str) -> None:
+        try:
+            with psycopg.connect(server.dsn, autocommit=True) as c:
+                for i in range(1, rounds + 1):
+                    c.execute(f"UPDATE {t} SET {column} = {i} WHERE id = 1")  # by key: row read under the lock
+                    c.execute(f"UPDATE {t} SET n = n + 1 WHERE id + 0 = 2")  # query path: re-read under the lock
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(col,)) for col in ("a", "b")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert conn.execute(f"SELECT id, a, b, n FROM {t} ORDER BY id").fetchall() == \
+        [(1, rounds, rounds, 0), (2, 0, 0, 2 * rounds)]
+    conn.execute("FLUSH")
+    assert conn.execute(f"SELECT * FROM {t}_v").fetchall() == \
+        conn.execute(f"SELECT sum(a), sum(b), sum(n) FROM {t}").fetchall() == [(rounds, rounds, 2 * rounds)]
+
+
 def test_risingwave_session_settings_are_accepted_and_shown(conn):
     """RisingWave's session settings that its SQL files set (StreamDB sizes its Spark work itself):
     SET takes them, SHOW gives them back, RESET restores the default."""

@@ -10,11 +10,13 @@ after the storage has synced it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import itertools
 import uuid
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -281,15 +283,20 @@ def _stream_appends(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: lis
 
 async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
                               updates: list[tuple[bytes, tuple[Any, ...]]] = (),  # type: ignore[assignment]
-                              deletes: list[bytes] = ()) -> int:  # type: ignore[assignment]
-    """Apply row changes to a table under its write lock; returns the number of rows affected."""
+                              deletes: list[bytes] = (),  # type: ignore[assignment]
+                              assignments: list[tuple[bytes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]] = (),  # type: ignore[assignment]
+                              lock_held: bool = False) -> int:
+    """Apply row changes to a table under its write lock; returns the number of rows affected.
+    `assignments` give a row's new version from the row as it is under the lock (an UPDATE's
+    SET), so concurrent UPDATEs of one row never lose each other's changes. `lock_held`: the
+    caller holds the table's lock already (it computed `updates` under it)."""
     store = state_store(rel.id)
     pk_idx = [rel.column_names().index(k) for k in rel.primary_key]
 
     def key_for(row: tuple[Any, ...]) -> bytes:
         return C.key_of(tuple(row[i] for i in pk_idx)) if pk_idx else b"r" + uuid.uuid4().bytes
 
-    async with engine.table_lock(rel.id):
+    async with contextlib.nullcontext() if lock_held else engine.table_lock(rel.id):
         now = _now()
         state: dict[bytes, tuple[Any, ...] | None] = {}  # pending view of the state
         dirty: set[bytes] = set()
@@ -304,6 +311,9 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
 
             changes: list[tuple[tuple[Any, ...], int, bytes]] = []  # (row, weight, key)
             affected = 0
+            if assignments:
+                updates = [*updates, *((key, assign(old)) for key, assign in assignments
+                                       if (old := current(key)) is not None)]
             for key in deletes:
                 old = current(key)
                 if old is not None:

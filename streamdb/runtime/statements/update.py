@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from streamdb.catalog import RelationDef
@@ -11,7 +10,6 @@ from streamdb.planner.plans import UpdatePlan
 from streamdb.runtime import changes as C
 from streamdb.runtime import query, writer
 from streamdb.runtime.api import ExecutionResult
-from streamdb.runtime.reader import state_store
 from streamdb.runtime.statements.context import ExecContext
 
 if TYPE_CHECKING:
@@ -25,17 +23,19 @@ async def execute(plan: UpdatePlan, ctx: ExecContext) -> ExecutionResult:
         raise UndefinedTable(f'relation "{plan.relation_name}" does not exist')
     if plan.query is None:  # the planner found the row's key: no query to run
         return await _by_key(engine, rel, plan)
-    # The match runs on a snapshot; the writer re-reads each row under the table's lock,
-    # so a row deleted meanwhile is skipped rather than resurrected.
-    rows = await query.run(engine, plan.query, ctx.info)
-    if plan.is_delete:
-        n = await writer.apply_table_changes(engine, rel, deletes=[r[0] for r in rows])
-        return ExecutionResult(f"DELETE {n}")
-    coerced = []
-    for r in rows:
-        full, _ = writer.build_rows(rel, tuple(rel.column_names()), [tuple(r[1:])], False)
-        coerced.append((r[0], full[0]))
-    n = await writer.apply_table_changes(engine, rel, updates=coerced)
+    # The match and the new values are computed under the table's write lock, so they see every
+    # write acknowledged before and none can come between: `SET n = n + 1` from two sessions
+    # adds 2 (PostgreSQL re-reads a row another transaction changed meanwhile; we serialize).
+    async with engine.table_lock(rel.id):
+        rows = await query.run(engine, plan.query, ctx.info)
+        if plan.is_delete:
+            n = await writer.apply_table_changes(engine, rel, deletes=[r[0] for r in rows], lock_held=True)
+            return ExecutionResult(f"DELETE {n}")
+        coerced = []
+        for r in rows:
+            full, _ = writer.build_rows(rel, tuple(rel.column_names()), [tuple(r[1:])], False)
+            coerced.append((r[0], full[0]))
+        n = await writer.apply_table_changes(engine, rel, updates=coerced, lock_held=True)
     return ExecutionResult(f"UPDATE {n}")
 
 
@@ -46,19 +46,17 @@ async def _by_key(engine: Engine, rel: RelationDef, plan: UpdatePlan) -> Executi
     if plan.is_delete:
         n = await writer.apply_table_changes(engine, rel, deletes=[key])
         return ExecutionResult(f"DELETE {n}")
-    old = await asyncio.to_thread(_stored_row, engine, rel, key)
-    if old is None:
-        return ExecutionResult("UPDATE 0")
     names = rel.column_names()
-    row = list(old)
-    for name, value in plan.assignments or ():
-        row[names.index(name)] = value
-    full, _ = writer.build_rows(rel, tuple(names), [tuple(row)], False)
-    n = await writer.apply_table_changes(engine, rel, updates=[(key, full[0])])
+    positions = [(names.index(name), value) for name, value in plan.assignments or ()]
+
+    def assign(old: tuple[Any, ...]) -> tuple[Any, ...]:
+        # Applied to the row as it is under the table's lock: a concurrent UPDATE of another
+        # column of this row is kept, not overwritten with what this statement read before.
+        row = list(old)
+        for i, value in positions:
+            row[i] = value
+        full, _ = writer.build_rows(rel, tuple(names), [tuple(row)], False)
+        return full[0]
+
+    n = await writer.apply_table_changes(engine, rel, assignments=[(key, assign)])
     return ExecutionResult(f"UPDATE {n}")
-
-
-def _stored_row(engine: Engine, rel: RelationDef, key: bytes) -> tuple[Any, ...] | None:
-    with engine.storage.snapshot() as snap:
-        raw = snap.get(state_store(rel.id), key)
-    return C.decode_state_row(raw)[0] if raw is not None else None
