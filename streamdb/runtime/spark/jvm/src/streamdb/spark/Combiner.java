@@ -2,6 +2,7 @@ package streamdb.spark;
 
 import java.util.ArrayDeque;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -16,22 +17,28 @@ import org.apache.spark.sql.RowFactory;
  * task's partition. Every operator reads its input as a multiset of changes, so this changes no
  * result; it cuts what is shuffled and applied when many changes hit the same group (a count per
  * auction and window in Nexmark q5: five window records per bid). Records with rows (joins, top-N,
- * pass-through) and weight-0 records (seeds of global aggregates) go through untouched. At most
- * MAX_GROUPS distinct records are held; then they are flushed, so memory stays bounded.
+ * pass-through) and weight-0 records (seeds of global aggregates) go through untouched. The records
+ * of a REDUCE whose aggregates all add up (PartialAgg.mergeable) are summed further, into one
+ * partial record per group. At most MAX_GROUPS groups are held; then they are flushed, so memory
+ * stays bounded.
  */
 final class Combiner implements Iterator<Row> {
   static final int MAX_GROUPS = 50_000;
   private final Iterator<Row> in;
   private final int maxGroups;
+  private final Spec spec;
   private final Map<List<Object>, long[]> groups = new LinkedHashMap<>();
+  private final Map<List<Object>, PartialAgg> partials = new LinkedHashMap<>();
+  private final Map<Integer, Boolean> mergeable = new HashMap<>();
   private final ArrayDeque<Row> ready = new ArrayDeque<>();
 
-  Combiner(Iterator<Row> in) {
-    this(in, MAX_GROUPS);
+  Combiner(Iterator<Row> in, Spec spec) {
+    this(in, spec, MAX_GROUPS);
   }
 
-  Combiner(Iterator<Row> in, int maxGroups) {
+  Combiner(Iterator<Row> in, Spec spec, int maxGroups) {
     this.in = in;
+    this.spec = spec;
     this.maxGroups = maxGroups;
   }
 
@@ -39,7 +46,7 @@ final class Combiner implements Iterator<Row> {
   public boolean hasNext() {
     while (ready.isEmpty()) {
       if (!in.hasNext()) {
-        if (groups.isEmpty()) {
+        if (groups.isEmpty() && partials.isEmpty()) {
           return false;
         }
         flush();
@@ -51,10 +58,25 @@ final class Combiner implements Iterator<Row> {
         ready.add(r);
         continue;
       }
+      int op = r.getInt(0);
+      if ((r.isNullAt(1) || r.getInt(1) == 0)
+          && mergeable.computeIfAbsent(op, id -> PartialAgg.mergeable(spec.op(id)))) {
+        List<Object> group = Arrays.asList(op, r.get(2));
+        PartialAgg p = partials.get(group);
+        if (p == null) {
+          if (groups.size() + partials.size() >= maxGroups) {
+            flush();
+          }
+          p = new PartialAgg(spec.op(op));
+          partials.put(group, p);
+        }
+        p.add(Rec.of(r).a, w);
+        continue;
+      }
       List<Object> key = Arrays.asList(r.get(0), r.get(1), r.get(2), r.isNullAt(5) ? null : r.getList(5));
       long[] sum = groups.get(key);
       if (sum == null) {
-        if (groups.size() >= maxGroups) {
+        if (groups.size() + partials.size() >= maxGroups) {
           flush();
         }
         groups.put(key, new long[] {w});
@@ -85,5 +107,14 @@ final class Combiner implements Iterator<Row> {
       }
     }
     groups.clear();
+    for (Map.Entry<List<Object>, PartialAgg> e : partials.entrySet()) {
+      PartialAgg p = e.getValue();
+      if (!p.isZero()) {
+        List<Object> k = e.getKey();
+        ready.add(new Rec((Integer) k.get(0), PartialAgg.SIDE, (String) k.get(1), null, null, p.encode(), p.n)
+            .toRow());
+      }
+    }
+    partials.clear();
   }
 }

@@ -41,7 +41,7 @@ public final class Harness {
     }
     // Through the combiner as in the pipeline (Layers.layer), flushing every 3 groups to test that too.
     Map<String, List<Rec>> byKey = new LinkedHashMap<>();
-    for (Iterator<Row> it = new Combiner(rows.iterator(), 3); it.hasNext(); ) {
+    for (Iterator<Row> it = new Combiner(rows.iterator(), spec, 3); it.hasNext(); ) {
       Rec r = Rec.of(it.next());
       byKey.computeIfAbsent(r.op + "\u0000" + r.k, x -> new ArrayList<>()).add(r);
     }

@@ -33,7 +33,8 @@ public final class Layers {
   public static Dataset<Row> layer(Dataset<Row> records, String spec) {
     Spec.parse(spec);  // a bad spec fails here, on the driver, not in a task
     Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w")
-        .mapPartitions((MapPartitionsFunction<Row, Row>) Combiner::new, Encoders.row(RECORD));
+        .mapPartitions((MapPartitionsFunction<Row, Row>) rows -> new Combiner(rows, Spec.parse(spec)),
+                       Encoders.row(RECORD));
     return input
         .groupByKey((MapFunction<Row, Row>) r -> RowFactory.create(r.getInt(0), r.isNullAt(2) ? "" : r.getString(2)),
                     Encoders.row(KEY))

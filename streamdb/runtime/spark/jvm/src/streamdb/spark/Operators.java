@@ -242,6 +242,11 @@ public final class Operators {
     String[] before = existed ? outputs(s, p) : null;
     while (in.hasNext()) {
       Rec r = in.next();
+      if (r.side == PartialAgg.SIDE) {  // a task's changes to this group, summed before the shuffle
+        p.n += r.w;
+        PartialAgg.merge(s, r.a, p.p);
+        continue;
+      }
       if (r.w == 0) {
         continue;
       }
@@ -332,7 +337,7 @@ public final class Operators {
     }
   }
 
-  private static boolean better(ValueType t, boolean max, String x, String current) {
+  static boolean better(ValueType t, boolean max, String x, String current) {
     int c = t.compare(x, current);
     return max ? c > 0 : c < 0;
   }
