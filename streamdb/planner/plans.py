@@ -252,7 +252,8 @@ class UpdatePlan(Plan):
     is_delete: bool
     # WHERE is exactly the primary key equal to constants: its values (column types), and for an
     # UPDATE whose every assignment is a constant, those (column, literal value): the row is read
-    # and written by key, not found by a query over the whole table.
+    # and written by key, not found by a query over the whole table. With `key` and a `query`
+    # (SET with expressions over the row), the query runs over that one row.
     key: tuple[Any, ...] | None = None
     assignments: tuple[tuple[str, Any], ...] | None = None
 

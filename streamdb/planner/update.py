@@ -68,6 +68,10 @@ def plan_update(stmt: exp.Update, ctx: PlanContext) -> UpdatePlan:
         require(ctx, rel, "SELECT", table)  # WHERE reads the key, as the query would
         return UpdatePlan(rel.name, rel.id, None, is_delete=False, key=key, assignments=constants)
     q = query_planner.plan_query(select, ctx)
+    if key is not None and len(q.inputs) == 1 and q.inputs[0].relation_id == rel.id and q.lookup is None:
+        # SET with expressions of the row itself (n = n + 1): the query runs over the one row read
+        # by key, not over the table.
+        return UpdatePlan(rel.name, rel.id, q, is_delete=False, key=key)
     return UpdatePlan(rel.name, rel.id, q, is_delete=False)
 
 

@@ -82,7 +82,7 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
         result = spark.run_query(plan.spark_sql, tables)
         engine_used = "spark"
     else:
-        result = embedded.run(plan.duckdb_sql, tables, [_duck_value(v) for v in plan.params], handle)
+        result = embedded.run(plan.duckdb_sql, tables, [duck_value(v) for v in plan.params], handle)
         engine_used = "embedded"
     if limit_result:
         limits.check_result_size(
@@ -123,7 +123,7 @@ def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[A
     return list(zip(*out, strict=True))
 
 
-def _duck_value(v: Any) -> Any:
+def duck_value(v: Any) -> Any:
     """A parameter value as DuckDB binds it (intervals and the like travel as text)."""
     import datetime as dt
     import decimal

@@ -48,6 +48,16 @@ def read_log(snap: Snapshot, rel_id: int, partition: int, start: int, end: int) 
             yield C.decode_batch(payload).slice(lo, hi - lo)
 
 
+
+def keyed_rows_table(rel: RelationDef, rows: list[tuple[Any, ...]], keys: list[bytes]) -> pa.Table:
+    """Rows of a table or view as a query reads them: its columns, then each row's key (__rowkey)."""
+    arrays = [pa.array([C.to_arrow_value(r[i], c.type) for r in rows], c.type.arrow())
+              for i, c in enumerate(rel.columns)]
+    arrays.append(pa.array(keys, pa.binary()))
+    schema = pa.schema([*(pa.field(c.name, c.type.arrow()) for c in rel.columns),
+                        pa.field(C.ROWKEY, pa.binary())])
+    return pa.Table.from_arrays(arrays, schema=schema)
+
 class _PartitionCache:
     __slots__ = ("end", "tables", "starts", "events", "rowtimes")
 
@@ -202,12 +212,7 @@ class RelationReader:
                 row, _rowtime = C.decode_state_row(value)
                 rows.append(row)
                 keys.append(key)
-        arrays = [pa.array([C.to_arrow_value(r[i], c.type) for r in rows], c.type.arrow())
-                  for i, c in enumerate(rel.columns)]
-        arrays.append(pa.array(keys, pa.binary()))
-        schema = pa.schema([*(pa.field(c.name, c.type.arrow()) for c in rel.columns),
-                            pa.field(C.ROWKEY, pa.binary())])
-        table = pa.Table.from_arrays(arrays, schema=schema)
+        table = keyed_rows_table(rel, rows, keys)
         with self._lock:
             self._tables[rel.id] = (offsets, table)
         return table

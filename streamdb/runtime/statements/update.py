@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from streamdb.catalog import RelationDef
 from streamdb.errors import UndefinedTable
-from streamdb.planner.plans import UpdatePlan
+from streamdb.planner.plans import QueryPlan, UpdatePlan
 from streamdb.runtime import changes as C
-from streamdb.runtime import query, writer
+from streamdb.runtime import embedded, query, writer
 from streamdb.runtime.api import ExecutionResult
+from streamdb.runtime.reader import keyed_rows_table, state_store
 from streamdb.runtime.statements.context import ExecContext
 
 if TYPE_CHECKING:
@@ -21,8 +23,9 @@ async def execute(plan: UpdatePlan, ctx: ExecContext) -> ExecutionResult:
     rel = engine.catalog.snapshot().by_id(plan.relation_id)
     if rel is None:
         raise UndefinedTable(f'relation "{plan.relation_name}" does not exist')
-    if plan.query is None:  # the planner found the row's key: no query to run
+    if plan.key is not None:  # the planner found the row's key: no query over the table
         return await _by_key(engine, rel, plan)
+    assert plan.query is not None
     # The match and the new values are computed under the table's write lock, so they see every
     # write acknowledged before and none can come between: `SET n = n + 1` from two sessions
     # adds 2 (PostgreSQL re-reads a row another transaction changed meanwhile; we serialize).
@@ -47,6 +50,15 @@ async def _by_key(engine: Engine, rel: RelationDef, plan: UpdatePlan) -> Executi
         n = await writer.apply_table_changes(engine, rel, deletes=[key])
         return ExecutionResult(f"DELETE {n}")
     names = rel.column_names()
+    if plan.query is not None:  # SET with expressions over the row: the query over that row alone
+        row_query = plan.query
+        async with engine.table_lock(rel.id):
+            rows = await asyncio.to_thread(_query_on_row, engine, rel, row_query, key)
+            if not rows:
+                return ExecutionResult("UPDATE 0")
+            full, _ = writer.build_rows(rel, tuple(names), [tuple(rows[0][1:])], False)
+            n = await writer.apply_table_changes(engine, rel, updates=[(key, full[0])], lock_held=True)
+        return ExecutionResult(f"UPDATE {n}")
     positions = [(names.index(name), value) for name, value in plan.assignments or ()]
 
     def assign(old: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -60,3 +72,17 @@ async def _by_key(engine: Engine, rel: RelationDef, plan: UpdatePlan) -> Executi
 
     n = await writer.apply_table_changes(engine, rel, assignments=[(key, assign)])
     return ExecutionResult(f"UPDATE {n}")
+
+
+def _query_on_row(engine: Engine, rel: RelationDef, plan: QueryPlan, key: bytes) -> list[tuple[Any, ...]]:
+    """The UPDATE's query (the row's key and new values) run over the row stored under `key`:
+    the same engine and semantics as over the whole table, at the cost of one row."""
+    with engine.storage.snapshot() as snap:
+        raw = snap.get(state_store(rel.id), key)
+    if raw is None:
+        return []
+    table = keyed_rows_table(rel, [C.decode_state_row(raw)[0]], [key])
+    inp = plan.inputs[0]
+    result = embedded.run(plan.duckdb_sql, {inp.registered_name: query.with_planned_columns(table, inp.columns)},
+                          [query.duck_value(v) for v in plan.params])
+    return query.arrow_to_rows(result, plan.columns)
