@@ -492,6 +492,9 @@ def test_update_and_delete_by_primary_key_agree_with_the_query_path(server, conn
             f"UPDATE {{t}} SET n = NULL WHERE {k} = id",
             f"DELETE FROM {{t}} WHERE id = {k}",
             f"UPDATE {{t}} SET n = 1.6 WHERE id = '{k}'",  # assignment rounds, '5' matches 5
+            # expressions over the row: the query runs over the one row read by key
+            f"UPDATE {{t}} SET n = n + {rng.randrange(5)} WHERE id = {k}",
+            f"UPDATE {{t}} SET name = name || 'y', n = coalesce(n, 0) * 2, at = at + interval '1 day' WHERE id = {k}",
         ]))
     statements += ["UPDATE {t} SET n = 1 WHERE id = 99999999999",  # out of the column's range: no row
                    "DELETE FROM {t} WHERE id = NULL",
@@ -507,12 +510,19 @@ def test_update_and_delete_by_primary_key_agree_with_the_query_path(server, conn
     batch = "SELECT name, sum(n) AS total, count(*) AS c FROM {} GROUP BY name ORDER BY name"
     assert conn.execute(f"SELECT * FROM {fast}_v ORDER BY name").fetchall() == \
         conn.execute(batch.format(fast)).fetchall() == conn.execute(f"SELECT * FROM {slow}_v ORDER BY name").fetchall()
+    plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN UPDATE {fast} SET n = n * 2 WHERE id = 3").fetchall())
+    assert "by primary key (3,)" in plan, plan
+    conn.execute(f"DELETE FROM {fast} WHERE id = 3")
+    conn.execute(f"INSERT INTO {fast} VALUES (3, 'three', 3, '2026-01-01')")
     for bad, state in ((f"UPDATE {fast} SET name = NULL WHERE id = 3", "23502"),
                        (f"UPDATE {fast} SET n = 'abc' WHERE id = 3", "22P02"),
+                       (f"UPDATE {fast} SET n = n / 0 WHERE id = 3", "22012"),
+                       (f"UPDATE {fast} SET name = NULL || name WHERE id = 3", "23502"),
                        (f"UPDATE {fast} SET nope = 1 WHERE id = 3", "42703")):
         with pytest.raises(psycopg.Error) as e:
             conn.execute(bad)
         assert e.value.sqlstate == state, bad
+    assert conn.execute(f"SELECT name, n FROM {fast} WHERE id = 3").fetchall() == [("three", 3)]
     # WHERE reads the key: UPDATE and DELETE privileges alone are not enough, as in PostgreSQL.
     role = f"bk_role_{unique}"
     conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
@@ -557,6 +567,43 @@ def test_concurrent_updates_of_one_row_lose_nothing(server, conn, unique):
     conn.execute("FLUSH")
     assert conn.execute(f"SELECT * FROM {t}_v").fetchall() == \
         conn.execute(f"SELECT sum(a), sum(b), sum(n) FROM {t}").fetchall() == [(rounds, rounds, 2 * rounds)]
+
+
+def test_set_operations_corresponding_match_columns_by_name(conn, unique):
+    """UNION / INTERSECT / EXCEPT CORRESPONDING [BY (...)]: the columns both sides name, in the
+    left side's order (or BY's), ad hoc and in views (RisingWave's union.slt has them)."""
+    a, b = f"corr_a_{unique}", f"corr_b_{unique}"
+    conn.execute(f"CREATE TABLE {a} (v1 INT, v2 INT, v3 INT, v4 INT)")
+    conn.execute(f"CREATE TABLE {b} (v4 INT, v1 INT, v5 INT)")
+    conn.execute(f"INSERT INTO {a} VALUES (1, 2, 3, 4)")
+    conn.execute(f"INSERT INTO {b} VALUES (4, 1, 9), (5, 6, 7)")
+
+    def rows(sql: str) -> tuple[list[str], list[tuple]]:
+        cur = conn.execute(sql)
+        return [d.name for d in cur.description], sorted(cur.fetchall())
+
+    assert rows(f"SELECT * FROM {a} UNION ALL CORRESPONDING SELECT * FROM {b}") == \
+        (["v1", "v4"], [(1, 4), (1, 4), (6, 5)])
+    assert rows(f"SELECT * FROM {a} UNION CORRESPONDING BY (v4, v1) SELECT * FROM {b}") == \
+        (["v4", "v1"], [(4, 1), (5, 6)])
+    assert rows(f"SELECT * FROM {a} INTERSECT CORRESPONDING BY (v1) SELECT * FROM {b}") == (["v1"], [(1,)])
+    assert rows(f"SELECT * FROM {a} EXCEPT CORRESPONDING SELECT * FROM {b}") == (["v1", "v4"], [])
+    for bad, state in ((f"SELECT v2 FROM {a} UNION CORRESPONDING SELECT v5 FROM {b}", "42601"),
+                       (f"SELECT * FROM {a} UNION CORRESPONDING BY (v2) SELECT * FROM {b}", "42703"),
+                       (f"SELECT v1 AS x, v2 AS x FROM {a} UNION CORRESPONDING SELECT * FROM {b}", "42702")):
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(bad)
+        assert e.value.sqlstate == state, bad
+    views = {f"corr_v1_{unique}": f"SELECT * FROM {a} UNION ALL CORRESPONDING SELECT * FROM {b}",
+             f"corr_v2_{unique}": f"SELECT * FROM {a} UNION CORRESPONDING BY (v4, v1) SELECT * FROM {b}"}
+    for view, sql in views.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {view} AS {sql}")
+    conn.execute(f"INSERT INTO {a} VALUES (6, 0, 0, 5), (7, 0, 0, 7)")
+    conn.execute(f"DELETE FROM {b} WHERE v5 = 9")
+    conn.execute("FLUSH")
+    for view, sql in views.items():
+        assert rows(f"SELECT * FROM {view}") == rows(sql), view
+    assert rows(f"SELECT * FROM corr_v1_{unique}")[1] == [(1, 4), (6, 5), (6, 5), (7, 7)]
 
 
 def test_risingwave_session_settings_are_accepted_and_shown(conn):

@@ -436,6 +436,52 @@ def _expand_stars(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> N
         select.set("expressions", new_proj)
 
 
+def _rewrite_corresponding(query: exp.Expression) -> None:
+    """`a UNION [ALL] CORRESPONDING [BY (c, ...)] b` (and INTERSECT, EXCEPT), as the SQL standard
+    and RisingWave define it: the columns both sides name (in the left side's order, or BY's),
+    each side projected to them by name; then an ordinary set operation."""
+    for op in reversed(list(query.find_all(exp.SetOperation))):  # inner ones first
+        if not op.args.get("by_name"):
+            continue
+        what = f"{type(op).__name__.upper()} CORRESPONDING"
+        sides = [op.this, op.expression]
+        names = [_output_names(side, what) for side in sides]
+        by = op.args.get("on")
+        if by:
+            columns = [normalize(c.this) for c in by]
+            for c in columns:
+                if columns.count(c) > 1:
+                    raise StreamDBError(f'column "{c}" is named twice in {what} BY', sqlstate="42701")
+                if any(c not in n for n in names):
+                    raise UndefinedColumn(f'column "{c}" of {what} BY is not a column of both sides')
+        else:
+            columns = [c for c in names[0] if c in names[1]]
+            if not columns:
+                raise StreamDBError(f"{what}: the two sides have no column name in common", sqlstate="42601")
+        for side in sides:
+            inner = side.unnest() if isinstance(side, exp.Subquery) else side
+            side.replace(exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(
+                exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier("corresponding")))))
+        for arg in ("by_name", "kind", "side", "on"):
+            op.set(arg, None)
+
+
+def _output_names(query: exp.Expression, what: str) -> list[str]:
+    """The output column names of one side of a set operation (`*` already expanded)."""
+    while isinstance(query, (exp.Subquery, exp.SetOperation)):
+        query = query.this
+    if not isinstance(query, exp.Select) or any(
+            isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star))
+            for p in query.expressions):
+        raise FeatureNotSupported(f"{what} over a side whose columns are not named here",
+                                  hint="Name the columns of each side in its SELECT list.")
+    names = [postgres_column_name(p) for p in query.expressions]
+    for n in names:
+        if names.count(n) > 1:
+            raise StreamDBError(f'column name "{n}" appears twice on one side of {what}', sqlstate="42702")
+    return names
+
+
 def _expand_one(alias: str, src: exp.Expression, star_by_alias: dict[str, list[str]]) -> list[exp.Expression]:
     if isinstance(src, exp.Table) and alias in star_by_alias and isinstance(src.this, exp.Identifier) \
             and src.name.startswith(("r", "sys_")):
@@ -634,6 +680,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     resolver = _Resolver(ctx, mode)
     star_by_alias = _resolve_tables(query, resolver)
     _expand_stars(query, star_by_alias)
+    _rewrite_corresponding(query)
     if any(asof.is_asof(j) for j in query.find_all(exp.Join)):
         _rewrite_asof(query, star_by_alias, resolver, ctx)
     for select in list(query.find_all(exp.Select)):
