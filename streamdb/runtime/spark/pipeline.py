@@ -59,6 +59,7 @@ RECORD_FIELDS = ("op", "side", "k", "row", "row2", "a", "w")
 RECORD_TYPES = {"op": "INT", "side": "INT", "k": "STRING", "row": "STRING", "row2": "STRING",
                 "a": "ARRAY<STRING>", "w": "BIGINT"}
 MAX_OPS_PER_VIEW = 64
+_WHOLE_RECORDS_FROM = 16  # arms at a boundary from which each arm builds its record whole (_boundary)
 _SLOT = re.compile(r"o(\d+)_\d+")  # a sink column shared by type (_sink_columns)
 JVM_SOURCE = "streamdb.spark.LogProvider"
 
@@ -389,6 +390,7 @@ class _Compiler:
         self._probe(frame, arms)
         for arm in arms:
             self._encode(arm, b)
+        whole = len(arms) > _WHOLE_RECORDS_FROM  # records built whole, as structs (below)
         if b == self.depth:
             names = ["__view", "__w", "__side", "__k", "__row", "__err",
                      *dict.fromkeys(c for s in self.sink.values() for c in s.columns)]
@@ -397,19 +399,24 @@ class _Compiler:
             slot_type = {n: t for t, n in self._slot_types.items()}
             for name in names[6:]:
                 slot = _SLOT.fullmatch(name)
-                if slot and slot_type[int(slot[1])] != "void":  # NULL AS x: no type to cast to
-                    types[name] = slot_type[int(slot[1])]
+                if slot and slot_type[int(slot[1])] != "void" and whole:
+                    types[name] = slot_type[int(slot[1])]  # a struct field's type; NULL AS x has none
         else:
             names, types = list(RECORD_FIELDS), RECORD_TYPES
-        # Each arm a row takes makes its record whole, as a struct in an array of the row's
-        # records (the arms it does not take are NULLs, filtered out before the explode). Picking
-        # each field after the explode by `CASE arm WHEN 0 .. WHEN n` instead cost O(arms) per
-        # field and record: 60% of the JVM with 100 views. Fields without one type for every arm
-        # (UNION ALL branches a view's sink columns widen) are still picked by the arm's number.
-        typed = [n for n in names if n in types]
-        untyped = [n for n in names if n not in types]
+        # With many arms (views), each arm a row takes makes its record whole, as a struct in an
+        # array of the row's records (the arms it does not take are NULLs, filtered out before
+        # the explode): picking each field after the explode by `CASE arm WHEN 0 .. WHEN n` costs
+        # O(arms) per field and record, 60% of the JVM with 100 views. With few arms that CASE
+        # is cheap, and building, filtering and exploding structs costs more than it saves
+        # (Nexmark q5, 10 arms: -24%), so the records carry the arm's number only. Fields without
+        # one type for every arm (UNION ALL branches a view's sink columns widen) are always
+        # picked by the arm's number.
+        typed = [n for n in names if n in types] if whole else []
+        untyped = [n for n in names if n not in typed]
 
         def record(i: int, a: _Arm) -> str:
+            if not whole:
+                return f"CASE WHEN {a.cond} THEN {i} END"
             fields = [f"'__arm', {i}"] if untyped else []
             fields += [f"'{n}', CAST({a.fields.get(n, 'NULL')} AS {types[n]})" for n in typed]
             return f"CASE WHEN {a.cond} THEN named_struct({', '.join(fields)}) END"
@@ -417,11 +424,13 @@ class _Compiler:
         def chosen(idx: list[int]) -> str:
             return f"filter(array({', '.join(record(i, arms[i]) for i in idx)}), r -> r IS NOT NULL)"
 
-        # Dispatch on where a row comes from first (its relation, or the operator that emitted it):
-        # a row then tests only the arms fed by its source, not every view's.
+        # With many arms, dispatch on where a row comes from first (its relation, or the operator
+        # that emitted it): a row then tests only the arms fed by its source, not every view's.
+        # (With few, the gain is nil, and Spark 4.3's optimizer fails on that CASE around arm
+        # numbers: "Could not find __d2" in an ASOF view's boundary.)
         groups: dict[str | None, list[int]] = {}
         for i, a in enumerate(arms):
-            groups.setdefault(_source_test(a.cond), []).append(i)
+            groups.setdefault(_source_test(a.cond) if whole else None, []).append(i)
         if None in groups or len(groups) == 1:
             records = chosen(list(range(len(arms))))
         else:
@@ -429,11 +438,13 @@ class _Compiler:
         routed = frame.select("*", F.explode(F.expr(records)).alias("__r"))
         out = []
         for name in names:
-            if name in types:
+            if name in typed:
                 out.append(F.col("__r").getField(name).alias(name))
                 continue
             cases = " ".join(f"WHEN {i} THEN {a.fields[name]}" for i, a in enumerate(arms) if name in a.fields)
-            out.append(F.expr(f"CASE __r.__arm {cases} END" if cases else "NULL").alias(name))
+            expr = f"CASE {'__r.__arm' if whole else '__r'} {cases} END" if cases else "NULL"
+            typ = types.get(name)
+            out.append(F.expr(f"CAST({expr} AS {typ})" if typ else expr).alias(name))
         return routed.select(*out)
 
     def _probe(self, frame: DataFrame, arms: list[_Arm]) -> None:

@@ -70,7 +70,7 @@ final class Combiner implements Iterator<Row> {
           p = new PartialAgg(spec.op(op));
           partials.put(group, p);
         }
-        p.add(Rec.of(r).a, w);
+        p.add(r.isNullAt(5) ? null : r.<String>getList(5).toArray(new String[0]), w);
         continue;
       }
       List<Object> key = Arrays.asList(r.get(0), r.get(1), r.get(2), r.isNullAt(5) ? null : r.getList(5));
