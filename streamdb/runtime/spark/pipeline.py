@@ -1039,6 +1039,11 @@ class StreamingPipeline:
         self.batches = 0
         self.last_batch_ms: float | None = None
         self.last_batch_rows = 0
+        self._session: SparkSession | None = None
+        # What the sink collects of every batch (fixed by the compiled pipeline; see _collect).
+        self._sink_condition = ""
+        self._sink_columns: list[str] = []
+        self._sink_schema: pa.Schema | None = None
 
     def start(self, relations: dict[int, RelationDef], views: list[ViewFlow], depth: int,
               log_spec: LogReaderSpec) -> None:
@@ -1055,10 +1060,12 @@ class StreamingPipeline:
         session.conf.set("spark.sql.adaptive.enabled", "false")
         try:
             self.compiled = _Compiler(session, relations, views, depth, log_spec).build()
+            self._session = session
+            self._prepare_sink(self.compiled)
             writer = (self.compiled.frame.writeStream.queryName(self.name)
-                      .foreachBatch(self._sink)
                       .option("checkpointLocation", str(self.checkpoint))
                       .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
+            _foreach_batch(session, writer, self._sink)
             self._stopping = False
             self._query = writer.start()
         except StreamDBError:
@@ -1104,11 +1111,45 @@ class StreamingPipeline:
         text = (self.checkpoint / "offsets" / str(batch_id)).read_text()
         return json.loads(text.strip().splitlines()[-1])
 
-    def _sink(self, frame: DataFrame, batch_id: int) -> None:
+    def _prepare_sink(self, compiled: CompiledPipeline) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        plain = [s for s in compiled.sink.values() if s.recompute is None]
+        ids = ", ".join(str(s.view_id) for s in plain) or "NULL"
+        self._sink_condition = f"__view IN ({ids}) OR __err IS NOT NULL"
+        self._sink_columns = ["__view", "__w", "__err", *dict.fromkeys(c for s in plain for c in s.columns)]
+        self._sink_schema = to_arrow_schema(compiled.frame.select(*self._sink_columns).schema, timezone="UTC")
+
+    def _collect(self, jdf: Any) -> pa.Table:
+        """The batch's rows of the views maintained here and its error rows, as Arrow: PySpark's
+        `where(...).select(...).toArrow()` in two calls into the JVM instead of ~40 (Sink.java)."""
+        from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+        from pyspark.util import _load_from_socket  # type: ignore[attr-defined]
+
+        assert self._session is not None and self._sink_schema is not None
+        sink = self._session.sparkContext._jvm.streamdb.spark.Sink  # type: ignore[union-attr]
+        port, secret = sink.serve(jdf, self._sink_condition, "\n".join(self._sink_columns)).split("\n")
+        try:
+            with _load_from_socket((int(port), secret), ArrowCollectSerializer()) as stream:
+                batches = list(stream)
+        finally:
+            sink.finish(port)  # raises what the collection raised
+        if not batches:
+            return self._sink_schema.empty_table()
+        return pa.Table.from_batches(batches).cast(self._sink_schema)
+
+    def _frame(self, jdf: Any) -> DataFrame:
+        """The batch as a DataFrame of its own session, as PySpark's foreachBatch gives it."""
+        from pyspark.sql import DataFrame, SparkSession
+
+        assert self._session is not None
+        return DataFrame(jdf, SparkSession(self._session.sparkContext, jdf.sparkSession()))
+
+    def _sink(self, jdf: Any, batch_id: int) -> None:
         from streamdb.runtime.spark.session import translate_spark_error
 
         try:
-            self._sink_batch(frame, batch_id)
+            self._sink_batch(jdf, batch_id)
         except StreamDBError as e:
             self._sink_error = e
             raise
@@ -1120,32 +1161,30 @@ class StreamingPipeline:
                 self._sink_error = InternalError(f"{type(e).__name__}: {e}")
             raise
 
-    def _sink_batch(self, frame: DataFrame, batch_id: int) -> None:
+    def _sink_batch(self, jdf: Any, batch_id: int) -> None:
         started = time.monotonic()
         compiled = self.compiled
         assert compiled is not None
         offsets = self._offsets(batch_id)
         recomputed = [s for s in compiled.sink.values() if s.recompute is not None]
         plain = [s for s in compiled.sink.values() if s.recompute is None]
-        if recomputed:
-            frame = frame.persist()
+        frame = self._frame(jdf).persist() if recomputed else None  # read once per recomputed view
         try:
             tables: dict[int, pa.Table] = {}
-            cols = ["__view", "__w", "__err", *dict.fromkeys(c for s in plain for c in s.columns)]
-            ids = ", ".join(str(s.view_id) for s in plain) or "NULL"
-            table = frame.where(f"__view IN ({ids}) OR __err IS NOT NULL").select(*cols).toArrow()
+            table = self._collect(jdf)
             computed = time.monotonic()
             self.last_batch_rows = table.num_rows
             errors = _errors(table)
             tables.update(_split(table, plain))
             for s in recomputed:
+                assert frame is not None
                 result = self._recompute(frame, s)
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
             committing = time.monotonic()
             self.on_batch(batch_id, offsets, tables, errors)
         finally:
-            if recomputed:
+            if frame is not None:
                 frame.unpersist()
         self.batches += 1
         self.last_batch_ms = (time.monotonic() - started) * 1000
@@ -1199,6 +1238,32 @@ class StreamingPipeline:
         for prefix in ("__all", "__fresh", "__p0", "__p1"):
             session.catalog.dropTempView(f"{prefix}_{tag}")
         return table
+
+
+class _BatchFunction:
+    """The JVM's foreachBatch callback, without PySpark's wrapper: that one builds a Python
+    SparkSession for every batch, several calls into the JVM at ~5 ms each under load
+    (Sink.java). The sink gets the batch's Java Dataset."""
+
+    def __init__(self, sink: Callable[[Any, int], None]) -> None:
+        self.sink = sink
+
+    def call(self, jdf: Any, batch_id: int) -> None:
+        self.sink(jdf, batch_id)
+
+    class Java:
+        implements = ["org.apache.spark.sql.execution.streaming.sources.PythonForeachBatchFunction"]
+
+
+def _foreach_batch(session: SparkSession, writer: Any, sink: Callable[[Any, int], None]) -> None:
+    """`writer.foreachBatch(...)` with the sink called with the batch's Java Dataset."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gateway = session.sparkContext._gateway
+    assert gateway is not None
+    helper = gateway.jvm.org.apache.spark.sql.execution.streaming.sources.PythonForeachBatchHelper
+    helper.callForeachBatch(writer._jwrite, _BatchFunction(sink))
+    ensure_callback_server_started(gateway)
 
 
 def relocate_checkpoint(checkpoint: Path) -> int:
