@@ -1040,10 +1040,7 @@ class StreamingPipeline:
         self.last_batch_ms: float | None = None
         self.last_batch_rows = 0
         self._session: SparkSession | None = None
-        # What the sink collects of every batch (fixed by the compiled pipeline; see _collect).
-        self._sink_condition = ""
-        self._sink_columns: list[str] = []
-        self._sink_schema: pa.Schema | None = None
+        self._reads: _SinkReads | None = None  # what the sink takes of every batch
 
     def start(self, relations: dict[int, RelationDef], views: list[ViewFlow], depth: int,
               log_spec: LogReaderSpec) -> None:
@@ -1067,7 +1064,7 @@ class StreamingPipeline:
         try:
             self.compiled = _Compiler(session, relations, views, depth, log_spec).build()
             self._session = session
-            self._prepare_sink(self.compiled)
+            self._reads = _SinkReads.of(self.compiled)
             writer = (self.compiled.frame.writeStream.queryName(self.name)
                       .option("checkpointLocation", str(self.checkpoint))
                       .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
@@ -1117,32 +1114,23 @@ class StreamingPipeline:
         text = (self.checkpoint / "offsets" / str(batch_id)).read_text()
         return json.loads(text.strip().splitlines()[-1])
 
-    def _prepare_sink(self, compiled: CompiledPipeline) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        plain = [s for s in compiled.sink.values() if s.recompute is None]
-        ids = ", ".join(str(s.view_id) for s in plain) or "NULL"
-        self._sink_condition = f"__view IN ({ids}) OR __err IS NOT NULL"
-        self._sink_columns = ["__view", "__w", "__err", *dict.fromkeys(c for s in plain for c in s.columns)]
-        self._sink_schema = to_arrow_schema(compiled.frame.select(*self._sink_columns).schema, timezone="UTC")
-
-    def _collect(self, jdf: Any) -> pa.Table:
+    def _collect(self, jdf: Any, reads: _SinkReads) -> pa.Table:
         """The batch's rows of the views maintained here and its error rows, as Arrow: PySpark's
         `where(...).select(...).toArrow()` in two calls into the JVM instead of ~40 (Sink.java)."""
         from pyspark.sql.pandas.serializers import ArrowCollectSerializer
         from pyspark.util import _load_from_socket  # type: ignore[attr-defined]
 
-        assert self._session is not None and self._sink_schema is not None
+        assert self._session is not None
         sink = self._session.sparkContext._jvm.streamdb.spark.Sink  # type: ignore[union-attr]
-        port, secret = sink.serve(jdf, self._sink_condition, "\n".join(self._sink_columns)).split("\n")
+        port, secret = sink.serve(jdf, reads.condition, reads.columns).split("\n")
         try:
             with _load_from_socket((int(port), secret), ArrowCollectSerializer()) as stream:
                 batches = list(stream)
         finally:
             sink.finish(port)  # raises what the collection raised
         if not batches:
-            return self._sink_schema.empty_table()
-        return pa.Table.from_batches(batches).cast(self._sink_schema)
+            return reads.schema.empty_table()
+        return pa.Table.from_batches(batches).cast(reads.schema)
 
     def _frame(self, jdf: Any) -> DataFrame:
         """The batch as a DataFrame of its own session, as PySpark's foreachBatch gives it."""
@@ -1169,20 +1157,18 @@ class StreamingPipeline:
 
     def _sink_batch(self, jdf: Any, batch_id: int) -> None:
         started = time.monotonic()
-        compiled = self.compiled
-        assert compiled is not None
+        reads = self._reads
+        assert reads is not None
         offsets = self._offsets(batch_id)
-        recomputed = [s for s in compiled.sink.values() if s.recompute is not None]
-        plain = [s for s in compiled.sink.values() if s.recompute is None]
-        frame = self._frame(jdf).persist() if recomputed else None  # read once per recomputed view
+        frame = self._frame(jdf).persist() if reads.recomputed else None  # read once per recomputed view
         try:
             tables: dict[int, pa.Table] = {}
-            table = self._collect(jdf)
+            table = self._collect(jdf, reads)
             computed = time.monotonic()
             self.last_batch_rows = table.num_rows
             errors = _errors(table)
-            tables.update(_split(table, plain))
-            for s in recomputed:
+            tables.update(_split(table, reads.plain))
+            for s in reads.recomputed:
                 assert frame is not None
                 result = self._recompute(frame, s)
                 if result is not None and result.num_rows:
@@ -1244,6 +1230,31 @@ class StreamingPipeline:
         for prefix in ("__all", "__fresh", "__p0", "__p1"):
             session.catalog.dropTempView(f"{prefix}_{tag}")
         return table
+
+
+@dataclass(frozen=True)
+class _SinkReads:
+    """What the sink takes of every batch, fixed by the compiled pipeline: the rows of the views
+    maintained from the batch's output and the error rows (`condition`), with their columns
+    (`columns`, one name per line, for Sink.java) as Arrow (`schema`); and the views recomputed
+    from the batch's rows."""
+
+    plain: list[SinkView]
+    recomputed: list[SinkView]
+    condition: str
+    columns: str
+    schema: pa.Schema
+
+    @classmethod
+    def of(cls, compiled: CompiledPipeline) -> _SinkReads:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        plain = [s for s in compiled.sink.values() if s.recompute is None]
+        recomputed = [s for s in compiled.sink.values() if s.recompute is not None]
+        ids = ", ".join(str(s.view_id) for s in plain) or "NULL"
+        columns = ["__view", "__w", "__err", *dict.fromkeys(c for s in plain for c in s.columns)]
+        schema = to_arrow_schema(compiled.frame.select(*columns).schema, timezone="UTC")
+        return cls(plain, recomputed, f"__view IN ({ids}) OR __err IS NOT NULL", "\n".join(columns), schema)
 
 
 class _BatchFunction:
