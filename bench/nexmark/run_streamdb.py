@@ -2,7 +2,7 @@
 
     python bench/nexmark/run_streamdb.py --events DIR --queries q0,q1,... --mode throughput|freshness
         [--rate 10000] [--runs 3] [--seconds 30] --out FILE.json
-        [--warmup 5] [--chunk 10000] [--timeout 1800] [--spark-master local[2]]
+        [--warmup 5] [--chunk 10000] [--timeout 1800] [--spark-master local[2]] [--spool FILE]
 
 DIR is the output of bench/nexmark/generator.py. Every run starts a fresh server (real Spark,
 local[2] by default) on a fresh data directory, creates the streams (queries/ddl.sql) and ONE
@@ -12,7 +12,8 @@ query's view (queries/qN.sql), then:
   event-time order, --chunk events at a time (one COPY per stream per chunk: persons, then
   auctions, then bids), then FLUSH (returns once the view reflects every acknowledged write).
   events/s = N / (first COPY -> FLUSH returned); ingest_seconds = first COPY -> last COPY
-  acknowledged.
+  acknowledged. The payloads are built before the clock starts, in memory, or with --spool
+  in a file read back during the run (20M events would take ~6 GB of memory).
 - freshness: feeds the events in event-time order at --rate events/s (a COPY per stream every
   ~20 ms) for --seconds; after --warmup seconds it probes: one marker at a time (at most every
   200 ms) is written by COPY and the view is polled every 20 ms until it shows; freshness = COPY
@@ -155,24 +156,58 @@ class Events:
     COPY and its date_time. The three files are each in event order; they are merged by
     date_time (ties: persons, then auctions, then bids)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, spool: Path | None = None, chunk: int = 10_000) -> None:
+        """With `spool`, the events are not held in memory: each round of `chunk` events is
+        written to that file as its COPY payloads (for 10M+ events; see `rounds`)."""
         self.meta = json.loads((directory / "meta.json").read_text())
         self.kinds = bytearray()
         self.lines: list[str] = []
         self.times: list[str] = []
+        self.spool, self.chunk, self.count = spool, chunk, 0
+        self._rounds: list[tuple[int, int, int]] = []  # spooled: (end, file offset, bytes)
         streams = [self._read(directory / f"{k}.jsonl", i) for i, k in enumerate(KINDS)]
         started, last = time.monotonic(), [0.0]
         total = int(self.meta.get("events", 0))
-        for when, k, line in heapq.merge(*streams, key=lambda t: t[0]):
-            self.kinds.append(k)
-            self.lines.append(line)
-            self.times.append(when)
-            if len(self.lines) % 50_000 == 0:
-                progress("reading events", len(self.lines), total, started, last)
-        if len(self.lines) % 50_000:
-            progress("reading events", len(self.lines), len(self.lines), started, last)
-        if total and total != len(self.lines):
-            raise SystemExit(f"{directory}: meta.json says {total} events, the files hold {len(self.lines)}")
+        out = spool.open("wb") if spool is not None else None
+        try:
+            for when, k, line in heapq.merge(*streams, key=lambda t: t[0]):
+                self.kinds.append(k)
+                self.lines.append(line)
+                self.times.append(when)
+                self.count += 1
+                if out is not None and len(self.lines) == chunk:
+                    self._spool_round(out)
+                if self.count % 50_000 == 0:
+                    progress("reading events", self.count, total, started, last)
+            if out is not None and self.lines:
+                self._spool_round(out)
+        finally:
+            if out is not None:
+                out.close()
+        if self.count % 50_000:
+            progress("reading events", self.count, self.count, started, last)
+        if total and total != self.count:
+            raise SystemExit(f"{directory}: meta.json says {total} events, the files hold {self.count}")
+
+    def _spool_round(self, out: Any) -> None:
+        data = json.dumps(self.batch(0, len(self.lines))).encode()
+        self._rounds.append((self.count, out.tell(), len(data)))
+        out.write(data)
+        self.kinds, self.lines, self.times = bytearray(), [], []  # spooled: throughput mode only
+
+    def rounds(self, chunk: int) -> list[tuple[int, list[tuple[str, str]]]] | Iterator[tuple[int, list[tuple[str, str]]]]:
+        """(end, payloads) per COPY round: built in memory, or read back from the spool file."""
+        if self.spool is None:
+            return [(b, self.batch(a, b)) for a, b in
+                    ((a, min(a + chunk, self.count)) for a in range(0, self.count, chunk))]
+        return self._read_rounds()
+
+    def _read_rounds(self) -> Iterator[tuple[int, list[tuple[str, str]]]]:
+        assert self.spool is not None
+        with self.spool.open("rb") as f:
+            for end, offset, size in self._rounds:
+                f.seek(offset)
+                yield end, [(stream, payload) for stream, payload in json.loads(f.read(size))]
 
     @staticmethod
     def _read(path: Path, k: int) -> Iterator[tuple[str, int, str]]:
@@ -183,7 +218,7 @@ class Events:
                 yield row["date_time"], k, csv_line(kind, row)
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return self.count
 
     def batch(self, start: int, end: int) -> list[tuple[str, str]]:
         """Events [start, end) as (stream, CSV payload) per stream, persons first."""
@@ -651,8 +686,7 @@ def run_throughput(query: str, query_sql: str, events: Events, args: argparse.Na
             monitor = Monitor(server.proc.pid)
             lag = LagSampler(server.dsn, view)
             threads += [monitor, lag]
-            chunks = [(start, min(start + args.chunk, len(events))) for start in range(0, len(events), args.chunk)]
-            payloads = [events.batch(a, b) for a, b in chunks]  # prepared before the clock starts
+            rounds = events.rounds(args.chunk)  # prepared before the clock starts (or spooled on disk)
             copy_ms: list[float] = []
             watchdog.start()
             monitor.start()
@@ -661,7 +695,7 @@ def run_throughput(query: str, query_sql: str, events: Events, args: argparse.Na
             last = [0.0]
             try:
                 with conn.cursor() as cur:
-                    for (_, end), batch in zip(chunks, payloads, strict=True):
+                    for end, batch in rounds:
                         c0 = time.monotonic()
                         for stream, payload in batch:
                             copy_rows(cur, stream, payload)
@@ -874,12 +908,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chunk", type=int, default=10_000, help="throughput: events per COPY round (default 10000)")
     ap.add_argument("--timeout", type=float, default=1800, help="throughput: give up a run after this (default 1800 s)")
     ap.add_argument("--spark-master", default="local[2]")
+    ap.add_argument("--spool", type=Path, default=None,
+                    help="throughput: keep the COPY payloads in this file, not in memory (10M+ events)")
     args = ap.parse_args(argv)
     queries = [q.strip().lower() for q in args.queries.split(",") if q.strip()]
     if args.runs < 1 or args.rate <= 0 or args.seconds <= 0 or args.chunk < 1:
         ap.error("--runs, --rate, --seconds and --chunk must be positive")
+    if args.spool is not None and args.mode != "throughput":
+        ap.error("--spool is for --mode throughput")
     log(f"reading {args.events}")
-    events = Events(args.events)
+    events = Events(args.events, args.spool, args.chunk)
     result: dict[str, Any] = {
         "system": "streamdb", "version": version(), "machine": machine(), "mode": args.mode, "events": len(events),
         "rate": args.rate if args.mode == "freshness" else None, "runs": args.runs,
