@@ -534,6 +534,51 @@ def test_update_and_delete_by_primary_key_agree_with_the_query_path(server, conn
             assert e.value.sqlstate == "42501", statement
 
 
+def test_prepared_update_and_delete_by_key_agree_with_the_query_path(conn, unique):
+    """A prepared UPDATE or DELETE by primary key, executed again and again with new values,
+    binds them into the plan it made the first time; the same statements through the query path
+    (WHERE true AND ...) give the same command tags, table and view, with values that are not a
+    key's (NULL, out of the column's range, text) among them."""
+    import random
+
+    fast, slow = f"pk_fast_{unique}", f"pk_slow_{unique}"
+    for t in (fast, slow):
+        conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT NOT NULL, n BIGINT)")
+        conn.execute(f"INSERT INTO {t} VALUES " + ", ".join(f"({i}, 'n{i}', {i})" for i in range(30)))
+        conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS SELECT name, sum(n) AS total, count(*) AS c FROM {t} GROUP BY name")
+    rng = random.Random(5)
+    forms = [
+        ("UPDATE {t} SET n = %s WHERE id = %s", lambda k: (rng.randrange(1000), k)),
+        ("UPDATE {t} SET name = %s, n = 7 WHERE id = %s", lambda k: (f"x{rng.randrange(3)}", k)),
+        ("UPDATE {t} SET n = n + %s WHERE id = %s", lambda k: (rng.randrange(5), k)),
+        ("UPDATE {t} SET n = coalesce(n, 0) * 2 WHERE %s = id", lambda k: (k,)),
+        ("DELETE FROM {t} WHERE id = %s", lambda k: (k,)),
+        ("INSERT INTO {t} VALUES (%s, 'back', 1)", lambda k: (k,)),
+    ]
+    for i in range(240):
+        sql, args = forms[i % len(forms)]
+        k = rng.choice([*range(-2, 35), 99_999_999_999, None]) if i % len(forms) != 5 else rng.randrange(35)
+        values = args(k)
+        a = conn.execute(sql.format(t=fast), values, prepare=True).statusmessage
+        b = conn.execute(sql.format(t=slow).replace(" WHERE ", " WHERE true AND "), values, prepare=True).statusmessage
+        assert a == b, (sql, values)
+    assert conn.execute(f"SELECT * FROM {fast} ORDER BY id").fetchall() == \
+        conn.execute(f"SELECT * FROM {slow} ORDER BY id").fetchall()
+    # Text for the integer key matches as PostgreSQL casts it; a mistyped one fails the same way.
+    assert conn.execute(f"UPDATE {fast} SET n = %s WHERE id = %s::text::int", (3, "4"), prepare=True).statusmessage \
+        == conn.execute(f"UPDATE {slow} SET n = %s WHERE true AND id = %s::text::int", (3, "4"), prepare=True).statusmessage
+    conn.execute("FLUSH")
+    batch = "SELECT name, sum(n) AS total, count(*) AS c FROM {} GROUP BY name ORDER BY name"
+    assert conn.execute(f"SELECT * FROM {fast}_v ORDER BY name").fetchall() == \
+        conn.execute(batch.format(fast)).fetchall() == conn.execute(f"SELECT * FROM {slow}_v ORDER BY name").fetchall()
+    conn.execute(f"INSERT INTO {fast} VALUES (3, 'three', 3)")
+    for _ in range(3):  # prepared, then bound into its plan: NOT NULL still holds
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(f"UPDATE {fast} SET name = %s WHERE id = %s", (None, 3), prepare=True)
+        assert e.value.sqlstate == "23502"
+    assert conn.execute(f"SELECT name, n FROM {fast} WHERE id = 3").fetchall() == [("three", 3)]
+
+
 def test_concurrent_updates_of_one_row_lose_nothing(server, conn, unique):
     """Two sessions update the same row at once: by key with constants (each its own column) and
     through the query path with `SET n = n + 1`. Every acknowledged change is in the final row,

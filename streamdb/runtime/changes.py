@@ -31,13 +31,33 @@ _NUMERIC_INTEGER_DIGITS = 28
 _NUMERIC_CONTEXT = decimal.Context(prec=38 + 2)
 
 
+# Building Arrow types and schemas costs microseconds each; a one-row write (a prepared INSERT,
+# an UPDATE by key) encodes one batch, so they are built once: per relation definition (a new
+# definition, after ALTER say, is a new object), and the rowtime type once for all.
+_ROWTIME_TYPE = pa.timestamp("us", tz="UTC")
+_SCHEMAS: dict[int, tuple[RelationDef, pa.Schema]] = {}
+_SCHEMAS_KEPT = 1024
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions()  # explicit: pyarrow reads an environment variable otherwise
+
+
 def batch_schema(rel: RelationDef) -> pa.Schema:
+    cached = _SCHEMAS.get(id(rel))
+    if cached is not None and cached[0] is rel:
+        return cached[1]
+    schema = _batch_schema(rel)
+    if len(_SCHEMAS) >= _SCHEMAS_KEPT:
+        _SCHEMAS.clear()
+    _SCHEMAS[id(rel)] = (rel, schema)  # keeps rel alive, so its id is not reused meanwhile
+    return schema
+
+
+def _batch_schema(rel: RelationDef) -> pa.Schema:
     fields = []
     if rel.schemaless:
         fields.append(pa.field(JSON_VALUE, pa.string()))
     else:
         fields.extend(pa.field(c.name, c.type.arrow()) for c in rel.columns)
-    fields.append(pa.field(ROWTIME, pa.timestamp("us", tz="UTC")))
+    fields.append(pa.field(ROWTIME, _ROWTIME_TYPE))
     fields.append(pa.field(WEIGHT, pa.int64()))
     if rel.kind != "stream":
         fields.append(pa.field(ROWKEY, pa.binary()))
@@ -101,8 +121,8 @@ def encode_batch(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[d
         arrays.append(pa.array([r[0] for r in rows], pa.string()))
     else:
         for i, c in enumerate(rel.columns):
-            arrays.append(pa.array([to_arrow_value(r[i], c.type) for r in rows], c.type.arrow()))
-    arrays.append(pa.array(rowtimes, pa.timestamp("us", tz="UTC")))
+            arrays.append(pa.array([to_arrow_value(r[i], c.type) for r in rows], schema.field(i).type))
+    arrays.append(pa.array(rowtimes, _ROWTIME_TYPE))
     arrays.append(pa.array(weights, pa.int64()))
     if rel.kind != "stream":
         arrays.append(pa.array(rowkeys or [b""] * len(rows), pa.binary()))
@@ -112,7 +132,7 @@ def encode_batch(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[d
 def encode_table(table: pa.Table) -> bytes:
     """A change batch already in the log's schema (batch_schema), as stored."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 

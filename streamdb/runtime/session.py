@@ -26,6 +26,7 @@ from streamdb.errors import (
 from streamdb.metrics import statement_kind
 from streamdb.planner import insert as insert_planner
 from streamdb.planner import query as query_planner
+from streamdb.planner import update as update_planner
 from streamdb.planner.coerce import NotALiteral, TypedValue, coerce
 from streamdb.planner.context import SERVER_VERSION, PlanContext, SessionInfo
 from streamdb.planner.lookup import lookup_shaped
@@ -129,6 +130,8 @@ class EngineSession:
         # Plans of parameterised queries, by statement: (statement, catalog version, types, plan,
         # whether the embedded engine can take the values as parameters).
         self._plans: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...], QueryPlan, bool]] = {}
+        self._write_templates: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...],
+                                               update_planner.ByKeyTemplate | None]] = {}
         role = engine.catalog.snapshot().role(user)
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user,
                           "is_superuser": "on" if role is not None and role.superuser else "off",
@@ -337,7 +340,7 @@ class EngineSession:
                     types = known[1]
                 else:
                     types, _ = planner.describe(node, self._ctx(), [None] * len(params))
-                plan = self._prepared_query_plan(node, params, types)
+                plan = self._prepared_query_plan(node, params, types) or self._prepared_write_plan(node, params, types)
                 if plan is None and isinstance(node, exp.Insert):
                     try:  # a prepared INSERT's values go straight into its rows
                         plan = insert_planner.plan(node, self._ctx(), bound=(params, types))
@@ -413,6 +416,23 @@ class EngineSession:
         values = tuple(coerce(v.value if isinstance(v, TypedValue) else v, t, f"${i + 1}")
                        for i, (v, t) in enumerate(zip(params, types, strict=False)))
         return replace(plan, params=values)
+
+    def _prepared_write_plan(self, node: Any, params: list[Any], types: tuple[T.SqlType, ...]) -> Plan | None:
+        """An UPDATE or DELETE by primary key executed again binds its new values into the plan
+        it made the first time (update_planner.ByKeyTemplate) rather than into the statement,
+        which would then be planned again. None for other statements."""
+        if not isinstance(node, (exp.Update, exp.Delete)):
+            return None
+        version = (self.engine.catalog.snapshot().version, self._settings_key())
+        key = id(node)
+        cached = self._write_templates.get(key)
+        if cached is None or cached[0] is not node or cached[1] != version or cached[2] != types:
+            cached = (node, version, types, update_planner.by_key_template(node, self._ctx(), types))
+            self._write_templates[key] = cached
+            while len(self._write_templates) > PARAM_TYPES_KEPT:
+                self._write_templates.pop(next(iter(self._write_templates)))
+        template = cached[3]
+        return template.bind(params) if template is not None else None
 
     def _settings_key(self) -> int:
         """Changes when a setting planning can read changes (not the engine-used marker)."""
