@@ -646,6 +646,9 @@ class RunFailed(Exception):
 
 def setup(server: Server, query_sql: str, view: str) -> tuple[psycopg.Connection[Any], float]:
     conn = server.connect()
+    # The server's default statement_timeout (5 min) would cancel the final FLUSH of a long run
+    # (q5 at 20M events); --timeout bounds the run instead.
+    conn.execute("SET statement_timeout = 0")
     for st in statements((QUERIES_DIR / "ddl.sql").read_text()):
         conn.execute(st)
     t0 = time.monotonic()
