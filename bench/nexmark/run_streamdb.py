@@ -644,6 +644,20 @@ class RunFailed(Exception):
     pass
 
 
+def flush(conn: psycopg.Connection[Any], label: str) -> None:
+    """FLUSH until it returns: one waits at most 5 minutes (the server's FLUSH timeout), and a
+    view millions of events behind the COPYs (q5 at 20M events) needs longer. --timeout bounds
+    the run."""
+    while True:
+        try:
+            conn.execute("FLUSH")
+            return
+        except psycopg.errors.QueryCanceled as e:
+            if "FLUSH timed out" not in str(e):
+                raise
+            log(f"{label}: FLUSH timed out with the view still behind; again")
+
+
 def setup(server: Server, query_sql: str, view: str) -> tuple[psycopg.Connection[Any], float]:
     conn = server.connect()
     # The server's default statement_timeout (5 min) would cancel the final FLUSH of a long run
@@ -706,7 +720,7 @@ def run_throughput(query: str, query_sql: str, events: Events, args: argparse.Na
                         progress(f"{label} ingest", end, len(events), t0, last)
                 t_ingest = time.monotonic()
                 log(f"{label}: ingested in {t_ingest - t0:.1f} s; FLUSH")
-                conn.execute("FLUSH")
+                flush(conn, label)
                 t1 = time.monotonic()
             except psycopg.Error as e:
                 if timed_out.is_set():
