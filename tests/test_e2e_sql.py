@@ -471,17 +471,25 @@ def test_prepared_inserts_put_their_values_straight_into_rows(conn, unique):
         assert conn.execute(f"SELECT count(*) FROM {bound}").fetchone() == (28,)
 
 
+def _twin_tables(conn, prefix: str, columns: str, row: str) -> tuple[str, str]:
+    """Two identical tables <prefix>_fast and <prefix>_slow with rows 0..29 (`row` formatted with
+    i) and a view of name totals over each: one takes the by-key path, the other the query path."""
+    names = (f"{prefix}_fast", f"{prefix}_slow")
+    for t in names:
+        conn.execute(f"CREATE TABLE {t} ({columns})")
+        conn.execute(f"INSERT INTO {t} VALUES " + ", ".join(row.format(i=i) for i in range(30)))
+        conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS SELECT name, sum(n) AS total, count(*) AS c FROM {t} GROUP BY name")
+    return names
+
+
 def test_update_and_delete_by_primary_key_agree_with_the_query_path(server, conn, unique):
     """WHERE naming one row by its whole primary key reads and writes that row by key; the same
     statements with a condition that takes the query path (AND true) give the same table, view
     and command tags, edge cases included."""
     import random
 
-    fast, slow = f"bk_fast_{unique}", f"bk_slow_{unique}"
-    for t in (fast, slow):
-        conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT NOT NULL, n BIGINT, at TIMESTAMPTZ)")
-        conn.execute(f"INSERT INTO {t} VALUES " + ", ".join(f"({i}, 'n{i}', {i}, '2026-01-01')" for i in range(30)))
-        conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS SELECT name, sum(n) AS total, count(*) AS c FROM {t} GROUP BY name")
+    fast, slow = _twin_tables(conn, f"bk_{unique}", "id INT PRIMARY KEY, name TEXT NOT NULL, n BIGINT, at TIMESTAMPTZ",
+                              "({i}, 'n{i}', {i}, '2026-01-01')")
     rng = random.Random(11)
     statements = []
     for _ in range(60):
@@ -541,11 +549,8 @@ def test_prepared_update_and_delete_by_key_agree_with_the_query_path(conn, uniqu
     key's (NULL, out of the column's range, text) among them."""
     import random
 
-    fast, slow = f"pk_fast_{unique}", f"pk_slow_{unique}"
-    for t in (fast, slow):
-        conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT NOT NULL, n BIGINT)")
-        conn.execute(f"INSERT INTO {t} VALUES " + ", ".join(f"({i}, 'n{i}', {i})" for i in range(30)))
-        conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS SELECT name, sum(n) AS total, count(*) AS c FROM {t} GROUP BY name")
+    fast, slow = _twin_tables(conn, f"pk_{unique}", "id INT PRIMARY KEY, name TEXT NOT NULL, n BIGINT",
+                              "({i}, 'n{i}', {i})")
     rng = random.Random(5)
     forms = [
         ("UPDATE {t} SET n = %s WHERE id = %s", lambda k: (rng.randrange(1000), k)),

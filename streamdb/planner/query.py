@@ -591,6 +591,15 @@ def bound_literal_value(value: object, t: T.SqlType) -> Any:
     return TypedValue(values.parse_text(text, target), target)
 
 
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def takes_parameters(plan: QueryPlan, count: int) -> bool:
+    """Whether the embedded engine's SQL of `plan` takes exactly the placeholders $1..$count (the
+    rewrites for catalog functions may fold some away), so the values can be passed as parameters."""
+    return {int(n) for n in _PLACEHOLDER.findall(plan.duckdb_sql)} == set(range(1, count + 1))
+
+
 def bind_parameters(ast: exp.Expression, params: list[object], types: tuple[T.SqlType, ...]) -> exp.Expression:
     ast = ast.copy()
     for p in parameter_nodes(ast):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -250,13 +249,10 @@ def by_key_template(stmt: exp.Expression, ctx: PlanContext, types: tuple[T.SqlTy
         return ByKeyTemplate(UpdatePlan(rel.name, rel.id, None, is_delete=False), rel, tuple(key), sets, types)
     # SET with expressions over the row: its query, planned once with placeholders.
     q = query_planner.plan_query(_row_select(rel, table, assignments, where), ctx, declared_params=list(types))
-    if {int(n) for n in _PLACEHOLDER.findall(q.duckdb_sql)} != set(range(1, len(types) + 1)) or \
+    if not query_planner.takes_parameters(q, len(types)) or \
             len(q.inputs) != 1 or q.inputs[0].relation_id != rel.id or q.lookup is not None:
         return None
     return ByKeyTemplate(UpdatePlan(rel.name, rel.id, q, is_delete=False), rel, tuple(key), None, types)
-
-
-_PLACEHOLDER = re.compile(r"\$(\d+)")
 
 
 def _value_of(node: exp.Expr) -> _Value | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Coroutine
 from dataclasses import replace
@@ -100,7 +99,6 @@ DEFAULT_SETTINGS: dict[str, str] = {
 PARAM_TYPES_KEPT = 256
 TEMPLATE_MAX_CHARS = 2000  # longer texts are rarely repeated lookups; scanning them costs
 _INT_RANGES = {T.SMALLINT: 2**15, T.INTEGER: 2**31, T.BIGINT: 2**63}
-_PLACEHOLDER = re.compile(r"\$(\d+)")
 
 REPORTED = {"server_version": "server_version", "server_encoding": "server_encoding",
             "client_encoding": "client_encoding", "datestyle": "DateStyle", "timezone": "TimeZone",
@@ -404,7 +402,7 @@ class EngineSession:
             plan = query_planner.plan_query(node, self._ctx(), declared_params=list(types))
             # Only where the embedded engine's SQL takes exactly these placeholders (the rewrites
             # for catalog functions may fold some away) and reads no system tables.
-            usable = {int(n) for n in _PLACEHOLDER.findall(plan.duckdb_sql)} == set(range(1, len(params) + 1)) \
+            usable = query_planner.takes_parameters(plan, len(params)) \
                 and all(i.relation_id is not None for i in plan.inputs)
             cached = (node, version, types, plan, usable)
             self._plans[key] = cached
