@@ -28,6 +28,7 @@ def test_appends_reads_recovery_orphans_and_drops(tmp_path: Path, kafka_bootstra
         assert batches(snap, 7, start=3) == [(2, 3, b"c")]
         assert batches(snap, 7, 1) == [(0, 1, b"b")]
         assert snap.get("meta", b"k") == b"v"
+        assert snap.get_many("meta", [b"x", b"k"]) == [None, b"v"]
     # A message produced but never acknowledged (a crash before the local commit) is an orphan:
     # readers never see it, and the next commit takes its offsets.
     orphan = Producer({"bootstrap.servers": kafka_bootstrap})

@@ -431,10 +431,16 @@ def test_snapshot_isolation(storage: RocksDBStorage) -> None:
         assert snap.get("state:1", b"k") == b"v1"
         assert list(snap.scan("state:1")) == [(b"k", b"v1")]
         assert snap.get("c", b"x") == b"1"
+        # Many keys at once: in order, absent ones None, as of the snapshot; a key of another
+        # store with the same bytes is not this store's.
+        assert snap.get_many("state:1", [b"new", b"k", b"x", b"k"]) == [None, b"v1", None, b"v1"]
+        assert snap.get_many("c", [b"x", b"k"]) == [b"1", None]
+        assert snap.get_many("state:1", []) == []
     with storage.snapshot() as now:
         assert list(now.read(1, 0)) == [] and now.end_offset(1, 0) == 0
         assert list(now.scan("state:1")) == []
         assert now.get("c", b"x") is None
+        assert now.get_many("state:1", [b"k", b"new"]) == [None, None]
         assert list(now.read(2, 0)) == [(0, 1, b"d")]
 
 

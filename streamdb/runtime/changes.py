@@ -64,8 +64,14 @@ def _batch_schema(rel: RelationDef) -> pa.Schema:
     return pa.schema(fields)
 
 
+def _converted(t: T.SqlType) -> bool:
+    """Whether to_arrow_value changes values of this type (it returns all others as they are)."""
+    return t is T.INTERVAL or t == T.NUMERIC or t is T.UUID
+
+
 def to_arrow_value(v: Any, t: T.SqlType) -> Any:
-    """Python value -> something pyarrow accepts for the column's Arrow type."""
+    """Python value -> something pyarrow accepts for the column's Arrow type. Only the types
+    `_converted` names are changed: keep the two in step."""
     if v is None:
         return None
     if t is T.INTERVAL and isinstance(v, dt.timedelta):
@@ -121,7 +127,12 @@ def encode_batch(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[d
         arrays.append(pa.array([r[0] for r in rows], pa.string()))
     else:
         for i, c in enumerate(rel.columns):
-            arrays.append(pa.array([to_arrow_value(r[i], c.type) for r in rows], schema.field(i).type))
+            t = c.type
+            if _converted(t):
+                values = [to_arrow_value(r[i], t) for r in rows]
+            else:
+                values = [r[i] for r in rows]  # to_arrow_value gives every value back as it is
+            arrays.append(pa.array(values, schema.field(i).type))
     arrays.append(pa.array(rowtimes, _ROWTIME_TYPE))
     arrays.append(pa.array(weights, pa.int64()))
     if rel.kind != "stream":
@@ -155,14 +166,23 @@ def decode_view_row(data: bytes) -> tuple[tuple[Any, ...], int]:
     return tuple(row), count
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
 def encode_state_row(row: tuple[Any, ...], rowtime: dt.datetime) -> bytes:
     # Internal format, written and read only by this server; pickle keeps exact Python types.
-    return pickle.dumps((row, rowtime), protocol=5)
+    # The rowtime as microseconds since the epoch: pickling an aware datetime goes through
+    # copyreg for its time zone every time, ten times the cost of the int (~9 us against ~1 us,
+    # on every row a table write stores; reading it back is ~4 us against ~1).
+    return pickle.dumps((row, (rowtime - _EPOCH) // _MICROSECOND), protocol=5)
 
 
 def decode_state_row(data: bytes) -> tuple[tuple[Any, ...], dt.datetime]:
     row, rowtime = pickle.loads(data)
-    return tuple(row), rowtime
+    if type(rowtime) is int:
+        rowtime = _EPOCH + rowtime * _MICROSECOND
+    return tuple(row), rowtime  # rows stored before the change keep their datetime
 
 
 def key_of(values: tuple[Any, ...]) -> bytes:

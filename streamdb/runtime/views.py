@@ -225,11 +225,12 @@ def _add_weights(view: RelationDef, snap: Any, store: str, weights: Counter[tupl
                  old: dict[bytes, tuple[tuple[Any, ...], int]],
                  new_by_key: dict[bytes, tuple[tuple[Any, ...], int]]) -> None:
     """Rows' changed multiplicities: each row's stored count (into `old`) plus its weight."""
-    for row, w in weights.items():
-        key = C.key_of(row)
-        raw = snap.get(store, key)
+    items = list(weights.items())
+    keys = [C.key_of(row) for row, _ in items]
+    decode = C.decode_view_row
+    for key, raw, (row, w) in zip(keys, snap.get_many(store, keys), items, strict=True):
         if raw is not None:
-            old[key] = C.decode_view_row(raw)
+            old[key] = decode(raw)
         n = old.get(key, (row, 0))[1] + w
         if n < 0:
             raise InternalError(f'view "{view.name}" would hold a row {-n} times fewer than zero')

@@ -166,7 +166,10 @@ async def insert_rows(engine: Engine, rel: RelationDef, names: tuple[str, ...], 
         return 0
     if rel.kind == "stream":
         return await _insert_stream(engine, rel, names, rows, rowtime_given)
-    full_rows, rowtimes = build_rows(rel, names, rows, False)
+    if len(rows) < OFF_LOOP_ROWS:
+        full_rows, _ = build_rows(rel, names, rows, False)
+    else:
+        full_rows, _ = await asyncio.to_thread(build_rows, rel, names, rows, False)
     return await apply_table_changes(engine, rel, upserts=full_rows)
 
 
@@ -290,85 +293,108 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
     `assignments` give a row's new version from the row as it is under the lock (an UPDATE's
     SET), so concurrent UPDATEs of one row never lose each other's changes. `lock_held`: the
     caller holds the table's lock already (it computed `updates` under it)."""
+    async with contextlib.nullcontext() if lock_held else engine.table_lock(rel.id):
+        rows = len(upserts) + len(updates) + len(deletes) + len(assignments)
+        if rows < OFF_LOOP_ROWS:
+            commit, affected = _table_changes(engine, rel, upserts, updates, deletes, assignments)
+        else:  # a bulk write (COPY into a table, say): ~10 us a row, not on the event loop
+            commit, affected = await asyncio.to_thread(_table_changes, engine, rel, upserts, updates, deletes,
+                                                       assignments)
+        if commit is None:
+            return affected
+        await _commit(engine, commit)
+    engine.notify_write(rel.id)
+    return affected
+
+
+def _table_changes(engine: Engine, rel: RelationDef, upserts: list[tuple[Any, ...]],
+                   updates: list[tuple[bytes, tuple[Any, ...]]], deletes: list[bytes],
+                   assignments: list[tuple[bytes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]],
+                   ) -> tuple[Commit | None, int]:
+    """The commit of `apply_table_changes` (None: nothing changes) and the rows affected, computed
+    against the table's stored rows (the caller holds the table's lock)."""
     store = state_store(rel.id)
     pk_idx = [rel.column_names().index(k) for k in rel.primary_key]
 
     def key_for(row: tuple[Any, ...]) -> bytes:
         return C.key_of(tuple(row[i] for i in pk_idx)) if pk_idx else b"r" + uuid.uuid4().bytes
 
-    async with contextlib.nullcontext() if lock_held else engine.table_lock(rel.id):
-        now = _now()
-        state: dict[bytes, tuple[Any, ...] | None] = {}  # pending view of the state
-        dirty: set[bytes] = set()
-        snap = engine.storage.snapshot()
-        try:
-            def current(key: bytes) -> tuple[Any, ...] | None:
-                if key in state:
-                    return state[key]
-                raw = snap.get(store, key)
+    now = _now()
+    state: dict[bytes, tuple[Any, ...] | None] = {}  # pending view of the state
+    dirty: set[bytes] = set()
+    upsert_keys = [key_for(row) for row in upserts]
+    with engine.storage.snapshot() as snap:
+        def fetch(keys: list[bytes]) -> None:
+            """Stored rows of these keys into `state`, read in one call (a bulk write reads
+            thousands; one at a time, the Python around each read cost ten times the read)."""
+            wanted = [k for k in dict.fromkeys(keys) if k not in state]
+            for key, raw in zip(wanted, snap.get_many(store, wanted), strict=True):
                 state[key] = C.decode_state_row(raw)[0] if raw is not None else None
-                return state[key]
 
-            changes: list[tuple[tuple[Any, ...], int, bytes]] = []  # (row, weight, key)
-            affected = 0
-            if assignments:
-                updates = [*updates, *((key, assign(old)) for key, assign in assignments
-                                       if (old := current(key)) is not None)]
-            for key in deletes:
-                old = current(key)
-                if old is not None:
-                    changes.append((old, -1, key))
-                    state[key] = None
-                    dirty.add(key)
-                    affected += 1
-            moved_away = set()
-            for key, _new_row in updates:
-                old = current(key)
-                if old is None:
-                    continue
+        def current(key: bytes) -> tuple[Any, ...] | None:
+            if key not in state:
+                fetch([key])
+            return state[key]
+
+        if pk_idx:
+            fetch([*deletes, *(k for k, _ in updates), *(k for k, _ in assignments), *upsert_keys])
+        else:
+            state.update(dict.fromkeys(upsert_keys))  # a keyless table's new rows get new keys
+        changes: list[tuple[tuple[Any, ...], int, bytes]] = []  # (row, weight, key)
+        affected = 0
+        if assignments:
+            updates = [*updates, *((key, assign(old)) for key, assign in assignments
+                                   if (old := current(key)) is not None)]
+        for key in deletes:
+            old = current(key)
+            if old is not None:
                 changes.append((old, -1, key))
                 state[key] = None
                 dirty.add(key)
-                moved_away.add(key)
-            for key, new_row in updates:
-                if key not in moved_away:
-                    continue
-                new_key = key_for(new_row) if pk_idx else key
-                if new_key != key and current(new_key) is not None:
-                    raise StreamDBError(
-                        f'duplicate key value violates unique constraint "{rel.name}_pkey"', sqlstate="23505",
-                        detail="Key (" + ", ".join(rel.primary_key) + ") already exists.")
-                changes.append((new_row, 1, new_key))
-                state[new_key] = new_row
-                dirty.add(new_key)
                 affected += 1
-            for row in upserts:
-                key = key_for(row)
-                old = current(key)
-                if old is not None:
-                    changes.append((old, -1, key))
-                changes.append((row, 1, key))
-                state[key] = row
-                dirty.add(key)
-                affected += 1
-        finally:
-            snap.close()
-        if not changes:
-            return affected
-        commit = Commit()
-        by_partition: dict[int, list[tuple[tuple[Any, ...], int, bytes]]] = defaultdict(list)
-        for ch in changes:
-            by_partition[_partition(rel, ch[2]) if rel.partitions > 1 else 0].append(ch)
-        for p, chs in sorted(by_partition.items()):
-            payload = C.encode_batch(rel, [c[0] for c in chs], [now] * len(chs), [c[1] for c in chs],
-                                     [c[2] for c in chs])
-            commit.appends.append(Append(rel.id, p, payload, len(chs)))
-        for key in dirty:
-            current_row = state[key]
-            if current_row is None:
-                commit.deletes.append((store, key))
-            else:
-                commit.puts.append((store, key, C.encode_state_row(current_row, now)))
-        await _commit(engine, commit)
-    engine.notify_write(rel.id)
-    return affected
+        moved_away = set()
+        for key, _new_row in updates:
+            old = current(key)
+            if old is None:
+                continue
+            changes.append((old, -1, key))
+            state[key] = None
+            dirty.add(key)
+            moved_away.add(key)
+        for key, new_row in updates:
+            if key not in moved_away:
+                continue
+            new_key = key_for(new_row) if pk_idx else key
+            if new_key != key and current(new_key) is not None:
+                raise StreamDBError(
+                    f'duplicate key value violates unique constraint "{rel.name}_pkey"', sqlstate="23505",
+                    detail="Key (" + ", ".join(rel.primary_key) + ") already exists.")
+            changes.append((new_row, 1, new_key))
+            state[new_key] = new_row
+            dirty.add(new_key)
+            affected += 1
+        for row, key in zip(upserts, upsert_keys, strict=True):
+            old = current(key)
+            if old is not None:
+                changes.append((old, -1, key))
+            changes.append((row, 1, key))
+            state[key] = row
+            dirty.add(key)
+            affected += 1
+    if not changes:
+        return None, affected
+    commit = Commit()
+    by_partition: dict[int, list[tuple[tuple[Any, ...], int, bytes]]] = defaultdict(list)
+    for ch in changes:
+        by_partition[_partition(rel, ch[2]) if rel.partitions > 1 else 0].append(ch)
+    for p, chs in sorted(by_partition.items()):
+        payload = C.encode_batch(rel, [c[0] for c in chs], [now] * len(chs), [c[1] for c in chs],
+                                 [c[2] for c in chs])
+        commit.appends.append(Append(rel.id, p, payload, len(chs)))
+    for key in dirty:
+        current_row = state[key]
+        if current_row is None:
+            commit.deletes.append((store, key))
+        else:
+            commit.puts.append((store, key, C.encode_state_row(current_row, now)))
+    return commit, affected

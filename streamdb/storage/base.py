@@ -91,6 +91,10 @@ class Snapshot(ABC):
     def get(self, store: str, key: bytes) -> bytes | None:
         """Value of ``key`` in ``store``, or None."""
 
+    def get_many(self, store: str, keys: list[bytes]) -> list[bytes | None]:
+        """Values of ``keys`` in ``store`` (None where absent), in the order of ``keys``."""
+        return [self.get(store, key) for key in keys]
+
     @abstractmethod
     def scan(self, store: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of every key of ``store`` starting with ``prefix``, in key order.

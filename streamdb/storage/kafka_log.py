@@ -181,6 +181,9 @@ class _KafkaSnapshot(Snapshot):
     def get(self, store: str, key: bytes) -> bytes | None:
         return self.local.get(store, key)
 
+    def get_many(self, store: str, keys: list[bytes]) -> list[bytes | None]:
+        return self.local.get_many(store, keys)
+
     def scan(self, store: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         return self.local.scan(store, prefix)
 
