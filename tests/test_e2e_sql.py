@@ -146,7 +146,7 @@ def test_show_describe_explain(conn, unique):
     assert desc["row count"] == "2"
     assert desc["log offsets"].count("partition") == 3
     plan = "\n".join(r[0] for r in rows(conn, f"EXPLAIN SELECT count(*) FROM {s}"))
-    assert "Query" in plan and "Spark SQL" in plan
+    assert "Query" in plan and "Spark SQL: SELECT COUNT(*) AS _col_0 FROM" in plan and f"`{s}`" in plan
 
 
 def test_drop_and_if_exists(conn, unique):
@@ -342,6 +342,45 @@ def test_copy_into_a_stream_fast_and_careful_paths_agree(conn, unique):
         assert e.value.sqlstate == state, (bad, e.value.sqlstate, str(e.value))
     conn.execute("FLUSH")
     assert conn.execute(f"SELECT * FROM {s}_v").fetchone() == (1004, 3003)
+
+
+def test_bulk_copy_into_tables_replaces_rows_by_key_as_small_writes_do(conn, unique):
+    """A COPY of more rows than the event loop builds (OFF_LOOP_ROWS: built, checked against the
+    stored rows, read in one call, and encoded on a worker thread) replaces rows by key as small
+    writes do: a key repeated within one COPY keeps its last row, and a view over the table equals
+    the same query run as a batch. A keyless table keeps every row."""
+    import random
+
+    t = f"bk_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, v BIGINT)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS SELECT id % 10 AS g, count(*) AS n, sum(v) AS s "
+                 f"FROM {t} GROUP BY id % 10")
+    rng = random.Random(7)
+    expected: dict[int, int] = {}
+    for _ in range(3):
+        rows = [(rng.randrange(3000), rng.randrange(10**6)) for _ in range(2500)]
+        with conn.cursor() as cur, cur.copy(f"COPY {t} FROM STDIN") as cp:
+            cp.write("".join(f"{k}\t{v}\n" for k, v in rows))
+        expected.update(rows)
+        k, v = rng.randrange(3000), rng.randrange(10**6)  # a small write between the bulk ones
+        conn.execute(f"INSERT INTO {t} VALUES (%s, %s)", (k, v))
+        expected[k] = v
+        conn.execute(f"DELETE FROM {t} WHERE id = %s", (k + 1,))
+        expected.pop(k + 1, None)
+    assert dict(conn.execute(f"SELECT id, v FROM {t}").fetchall()) == expected
+    conn.execute(f"FLUSH {t}_v")
+    by_group: dict[int, list[int]] = {}
+    for k, v in expected.items():
+        by_group.setdefault(k % 10, []).append(v)
+    view = sorted(conn.execute(f"SELECT g, n, s FROM {t}_v").fetchall())
+    assert view == sorted((g, len(vs), sum(vs)) for g, vs in by_group.items())
+    assert view == sorted(conn.execute(f"SELECT id % 10, count(*), sum(v) FROM {t} GROUP BY id % 10").fetchall())
+    keyless = f"bkl_{unique}"
+    conn.execute(f"CREATE TABLE {keyless} (a INT, b TEXT)")
+    for _ in range(2):
+        with conn.cursor() as cur, cur.copy(f"COPY {keyless} FROM STDIN") as cp:
+            cp.write("".join(f"{i % 5}\tx{i}\n" for i in range(1500)))
+    assert conn.execute(f"SELECT count(*), count(DISTINCT b), sum(a) FROM {keyless}").fetchone() == (3000, 1500, 6000)
 
 
 def test_copy_csv_with_timestamps_and_booleans_into_a_stream(conn, unique):

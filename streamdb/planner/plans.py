@@ -6,7 +6,9 @@ streamdb/runtime hands each one to the runtime module for its kind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from streamdb.catalog import RelationDef
@@ -56,13 +58,15 @@ class QueryPlan(Plan):
     """An ad hoc query over a consistent snapshot."""
 
     duckdb_sql: str
-    spark_sql: str
     inputs: tuple[RelationInput, ...]
     columns: tuple[Column, ...]
+    # Write the Spark SQL and the resolved SQL (the properties below). An ad hoc query runs on the
+    # embedded engine unless it reads more than the read threshold, and only views derive plans
+    # from the resolved SQL; writing them (qualify, type, generate) was about half of planning a
+    # small query, so they are written on first use, not at every planning.
+    spark_source: Callable[[], str] = field(compare=False, repr=False, default=lambda: "")
+    resolved_source: Callable[[], str] = field(compare=False, repr=False, default=lambda: "")
     param_types: tuple[SqlType, ...] = ()
-    # The query with relations resolved to their registered names (Postgres SQL), for
-    # runtimes that derive further plans from it (the incremental form of a view).
-    resolved_sql: str = ""
     # Values for the $n placeholders of a prepared query executed again (embedded engine only).
     params: tuple[Any, ...] = ()
     # Set when the query is a lookup by key: the runtime answers it from an index.
@@ -70,6 +74,16 @@ class QueryPlan(Plan):
     # Plain views the query read, inlined (views over views included): things built on the
     # query depend on them as well as on `inputs` (planner/create_plain_view.py).
     views: tuple[int, ...] = ()
+
+    @cached_property
+    def spark_sql(self) -> str:
+        return self.spark_source()
+
+    @cached_property
+    def resolved_sql(self) -> str:
+        """The query with relations resolved to their registered names (Postgres SQL), for
+        runtimes that derive further plans from it (the incremental form of a view)."""
+        return self.resolved_source()
 
     def explain(self) -> str:
         lines = ["Query (snapshot read)"]

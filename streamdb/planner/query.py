@@ -9,7 +9,7 @@ Spark, no disk.
 from __future__ import annotations
 
 import re
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from typing import Any
 
 import sqlglot
@@ -710,13 +710,20 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
     # The engine's own avg() is a double; its array_agg and string_agg differ from Postgres' too.
     duck_query = _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))
-    described = duck_query.copy()
-    for p in parameter_nodes(described):
-        described_type = param_types[int(p.this.this) - 1]
-        p.replace(typed_null(described_type))
-    duck_ast = pg_functions.rewrite_for_duckdb(described, ctx)
+    # The stored SQL keeps $n placeholders (the runtime binds values before running it); it is
+    # described with typed NULLs in their place. Without parameters the two are the same text,
+    # generated once (duck_query is this function's own copy, see exact_numeric_avg).
+    duck_sql: str | None = None
+    if parameter_nodes(duck_query):
+        described = duck_query.copy()
+        for p in parameter_nodes(described):
+            described_type = param_types[int(p.this.this) - 1]
+            p.replace(typed_null(described_type))
+        described_sql = pg_functions.rewrite_for_duckdb(described, ctx).sql(dialect="duckdb")
+    else:
+        described_sql = duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect="duckdb")
     try:
-        described_cols = describe_query(duck_ast.sql(dialect="duckdb"), inputs, ctx)
+        described_cols = describe_query(described_sql, inputs, ctx)
     except UndefinedColumn as e:
         raise e.with_position(_undefined_column_position(ast, e.message)) from None
     names = [c.name for c in described_cols]
@@ -727,11 +734,12 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     described_cols = keep_declared_types(query, inputs, described_cols)
     columns = tuple(Column(n, c.type, type_modifier=c.type_modifier)
                     for n, c in zip(names, described_cols, strict=True))
-    # The stored SQL keeps $n placeholders; the runtime binds values before running it.
-    duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect="duckdb")
-    spark_sql = spark_sql_for(query, inputs)
-    return QueryPlan(duckdb_sql=duck_sql, spark_sql=spark_sql, inputs=inputs, columns=columns,
-                     param_types=param_types, resolved_sql=query.sql(dialect="streamdb"),
+    if duck_sql is None:
+        duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect="duckdb")
+    # `query` is this function's own tree and nothing changes it after this point.
+    return QueryPlan(duckdb_sql=duck_sql, spark_source=partial(spark_sql_for, query, inputs), inputs=inputs,
+                     columns=columns,
+                     param_types=param_types, resolved_source=partial(query.sql, dialect="streamdb"),
                      lookup=point_lookup(query, inputs, param_types, ctx), views=views)
 
 

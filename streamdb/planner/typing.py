@@ -7,6 +7,7 @@ are exactly those the embedded engine will produce.
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import lru_cache
 
 import pyarrow as pa
 import sqlglot
@@ -28,9 +29,18 @@ def empty_table(columns: tuple[tuple[str, T.SqlType], ...]) -> pa.Table:
 
 
 def describe_query(duck_sql: str, inputs: tuple[RelationInput, ...], ctx: PlanContext) -> list[Column]:
-    tables = {i.registered_name: empty_table(i.columns) for i in inputs}
+    return list(_described(duck_sql, tuple((i.registered_name, i.columns) for i in inputs)))
+
+
+# The engine's answer depends only on the SQL text and the inputs' names and column types, and
+# it cost about half of planning a small ad hoc query (registering empty inputs, binding, running):
+# a text read again (a dashboard's refresh, a poll, psql's up-arrow) is described once.
+@lru_cache(maxsize=1024)
+def _described(duck_sql: str, inputs: tuple[tuple[str, tuple[tuple[str, T.SqlType], ...]], ...],
+               ) -> tuple[Column, ...]:
+    tables = {name: empty_table(columns) for name, columns in inputs}
     result = embedded.run(f"SELECT * FROM ({duck_sql}) AS q LIMIT 0", tables)
-    return [Column(f.name, T.from_arrow(f.type)) for f in result.schema]
+    return tuple(Column(f.name, T.from_arrow(f.type)) for f in result.schema)
 
 
 # Types the embedded engine reports as plain strings but Postgres keeps on a result column
