@@ -361,6 +361,9 @@ class SparkRuntime:
         java_opts = [
             f"-Dlog4j.configurationFile=file:{log4j}",
             f"-Djava.io.tmpdir={work / 'tmp'}",
+            # A JVM crash report goes into the data dir (not the run's work dir, which the next
+            # start deletes), not into whatever directory the server was started from.
+            f"-XX:ErrorFile={self.base_dir / 'hs_err_pid%p.log'}",
             *cds.java_options(),  # Spark's classes mapped from an archive: half the start time
             COMPILE_HUGE_METHODS,
         ]
