@@ -64,8 +64,8 @@ class QueryPlan(Plan):
     # embedded engine unless it reads more than the read threshold, and only views derive plans
     # from the resolved SQL; writing them (qualify, type, generate) was about half of planning a
     # small query, so they are written on first use, not at every planning.
-    spark_source: Callable[[], str] = field(compare=False, repr=False, default=lambda: "")
-    resolved_source: Callable[[], str] = field(compare=False, repr=False, default=lambda: "")
+    spark_source: Callable[[], str] = field(compare=False, repr=False)
+    resolved_source: Callable[[], str] = field(compare=False, repr=False)
     param_types: tuple[SqlType, ...] = ()
     # Values for the $n placeholders of a prepared query executed again (embedded engine only).
     params: tuple[Any, ...] = ()

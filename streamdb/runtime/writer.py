@@ -336,10 +336,12 @@ def _table_changes(engine: Engine, rel: RelationDef, upserts: list[tuple[Any, ..
                 fetch([key])
             return state[key]
 
+        existing = [*deletes, *(k for k, _ in updates), *(k for k, _ in assignments)]
         if pk_idx:
-            fetch([*deletes, *(k for k, _ in updates), *(k for k, _ in assignments), *upsert_keys])
+            existing.extend(upsert_keys)
         else:
             state.update(dict.fromkeys(upsert_keys))  # a keyless table's new rows get new keys
+        fetch(existing)
         changes: list[tuple[tuple[Any, ...], int, bytes]] = []  # (row, weight, key)
         affected = 0
         if assignments:

@@ -614,17 +614,7 @@ class RocksDBSnapshot(Snapshot):
             return 0
 
     def get(self, store: str, key: bytes) -> bytes | None:
-        _check_store(store)
-        full = store_key(store, key)
-        with self._lock, _reading(f"read store {store}"):
-            it = self._iter()
-            self._owner = None
-            it.seek(full)
-            if it.valid() and it.key() == full:
-                value: bytes = it.value()
-                return value
-            it.status()
-            return None
+        return self.get_many(store, [key])[0]
 
     def get_many(self, store: str, keys: list[bytes]) -> list[bytes | None]:
         # One lock and one error mapping for the lot: a view's commit reads thousands of keys,
