@@ -26,6 +26,7 @@ test: install
 	@scripts/ensure-jdbc.sh
 	@scripts/ensure-node-deps.sh
 	@scripts/ensure-chromium.sh
+	@scripts/ensure-mosquitto.sh
 	$(BIN)/ruff check streamdb tests bench
 	$(BIN)/mypy streamdb
 	$(BIN)/python -m pytest -q -ra --durations=25

@@ -227,6 +227,21 @@ class PostgresServer(_PostgresServerBase):
         super().__init__(ARTIFACTS)
 
 
+# --- MQTT ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def mqtt_broker() -> Iterator[Any]:
+    """A real Mosquitto broker for the session (tests/mqtt_util.py)."""
+    from tests.mqtt_util import Broker
+
+    broker = Broker()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """DSN of a real PostgreSQL server for the session (user postgres, trust auth, database postgres):

@@ -41,6 +41,11 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
         ast.CreateConnector,
     ),
     (
+        "CREATE SOURCE CONNECTOR IF NOT EXISTS sensors MQTT WITH (broker = 'tcp://h:1883', topic = 'a/+/t', qos = 1)",
+        "CREATE SOURCE CONNECTOR IF NOT EXISTS sensors MQTT WITH (broker = 'tcp://h:1883', topic = 'a/+/t', qos = 1)",
+        ast.CreateConnector,
+    ),
+    (
         'CREATE SINK CONNECTOR "Files" FILE WITH (path = \'/tmp/out\')',
         'CREATE SINK CONNECTOR "Files" FILE WITH (path = \'/tmp/out\')',
         ast.CreateConnector,

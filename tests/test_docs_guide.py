@@ -5,8 +5,9 @@ order and must succeed (pages share one server, emptied before each page); an ``
 compared with what psql printed (retried for up to 60 s, since views catch up asynchronously);
 ```sql error must fail (and print the following output block's text on stderr); ```sql push is a
 push query that runs in the background while the next sql block runs, and must print the lines of
-its output block; ```sql norun is shown, not run. {{DATA_DIR}}, {{POSTGRES_DSN}} and the Kafka
-address localhost:9092 are replaced with the test's own.
+its output block; ```sql norun is shown, not run; ```sh run is a shell command that must succeed
+(e.g. mosquitto_pub publishing what an MQTT stream reads). {{DATA_DIR}}, {{POSTGRES_DSN}}, the
+Kafka address localhost:9092 and the MQTT broker localhost:1883 are replaced with the test's own.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ SQL_FLAGS = {"", "error", "push", "norun"}
 RETRY_SECONDS = float(os.environ.get("GUIDE_RETRY_SECONDS", "60"))  # views catch up asynchronously
 PSQL_TIMEOUT = 120.0
 KAFKA_IN_DOCS = "localhost:9092"
+MQTT_IN_DOCS = "localhost:1883"
+SH_RUN = "sh run"  # a ```sh run block: a command run with bash, which must succeed
 WILDCARD = "..."  # a push-output field that matches any value (e.g. an arrival time)
 
 
@@ -77,6 +80,9 @@ def parse_page(path: Path) -> Page:
             previous.output, previous.output_line = token.content, line
             continue
         previous = None
+        if lang == "sh" and flag == "run":
+            page.blocks.append(Block(line, SH_RUN, token.content, end=token.map[1] if token.map else 0))
+            continue
         if lang != "sql":
             continue
         assert flag in SQL_FLAGS, f"{page.rel}:{line}: unknown sql block flag {flag!r}; use one of {sorted(SQL_FLAGS)}"
@@ -254,6 +260,12 @@ def check_push(ctx: Context, page: Page, block: Block, push: PushQuery) -> None:
         push.stop()
 
 
+def run_shell(ctx: Context, page: Page, block: Block) -> None:
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", ctx.fill(block.text)], capture_output=True, text=True,
+                         timeout=PSQL_TIMEOUT, cwd=ctx.work)
+    assert out.returncode == 0, f"{page.where(block)}: the ```sh run block failed (rc={out.returncode}):\n{out.stderr}"
+
+
 def run_page(ctx: Context, page: Page) -> None:
     runnable = [b for b in page.blocks if b.flag != "norun"]
     pending: tuple[Block, PushQuery] | None = None
@@ -263,6 +275,10 @@ def run_page(ctx: Context, page: Page) -> None:
             push = PushQuery(ctx, page, block)
             push.start(ctx)
             pending = (block, push)
+            continue
+        if block.flag == SH_RUN:
+            assert pending is None, f"{page.where(block)}: a ```sql push block must be followed by a plain sql block"
+            run_shell(ctx, page, block)
             continue
         if block.flag == "error":
             run_error(ctx, page, block)
@@ -301,6 +317,10 @@ class GuideServer:
             self.substitutions[KAFKA_IN_DOCS] = bootstrap
             self.extra_env["STREAMDB_KAFKA_BOOTSTRAP"] = bootstrap
             self.stop()  # the server's kafka_bootstrap setting is read at start
+
+    def use_mqtt(self) -> None:
+        if MQTT_IN_DOCS not in self.substitutions:
+            self.substitutions[MQTT_IN_DOCS] = self.request.getfixturevalue("mqtt_broker").address
 
     def use_postgres(self) -> None:
         if "{{POSTGRES_DSN}}" not in self.substitutions:
@@ -374,6 +394,8 @@ def test_guide_page_examples_run(path: Path, guide_server: GuideServer) -> None:
         guide_server.use_kafka()
     if "{{POSTGRES_DSN}}" in text:
         guide_server.use_postgres()
+    if MQTT_IN_DOCS in text:
+        guide_server.use_mqtt()
     server = guide_server.for_page(fresh=FRESH_SERVER_MARK in text)
     failure = None
     try:
@@ -480,13 +502,17 @@ def fill_page(path: Path) -> None:
         if (GUIDE / "data").is_dir():
             shutil.copytree(GUIDE / "data", files)
         files.mkdir(exist_ok=True)
-        assert KAFKA_IN_DOCS not in text and "{{POSTGRES_DSN}}" not in text, "fill mode runs pages without services"
+        assert KAFKA_IN_DOCS not in text and "{{POSTGRES_DSN}}" not in text and MQTT_IN_DOCS not in text, (
+            "fill mode runs pages without services")
         server = ServerProcess(work / "data", f"guide-fill-{path.stem}", extra_env={"STREAMDB_FILE_ROOT": str(files)})
         server.start(timeout=120)
         ctx = Context(server, {"{{DATA_DIR}}": str(files)}, work)
         pending: tuple[Block, PushQuery] | None = None
         try:
             for block in [b for b in page.blocks if b.flag != "norun"]:
+                if block.flag == SH_RUN:
+                    run_shell(ctx, page, block)
+                    continue
                 if block.flag == "push":
                     pending = (block, PushQuery(ctx, page, block))
                     pending[1].start(ctx)

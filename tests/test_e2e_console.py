@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ARTIFACTS, ROOT, ServerProcess
-from tests.test_e2e_kafka import wait_for
+from tests.source_util import wait_for
 from tests.test_e2e_push import push_queries, wait_subscribed
 from tests.test_e2e_security import NO_SPARK, PasswordServer
 from tests.tls_certs import make_test_certificates

@@ -7,7 +7,7 @@ import json
 import psycopg
 import pytest
 
-from tests.test_e2e_kafka import wait_for
+from tests.source_util import wait_for
 
 
 def test_file_source_reads_new_files_and_keeps_bad_lines(server, conn, unique):

@@ -9,17 +9,7 @@ import psycopg
 import pytest
 
 from tests.kafka_util import produce
-
-
-def wait_for(conn: psycopg.Connection, sql: str, expected, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    got = None
-    while time.monotonic() < deadline:
-        got = conn.execute(sql).fetchall()
-        if got == expected:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"{sql}: waited for {expected!r}, last saw {got!r}")
+from tests.source_util import wait_for
 
 
 def test_external_stream_views_and_dead_letters(server, conn, unique, kafka_bootstrap, kafka_topic):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_e2e_kafka import wait_for
+from tests.source_util import wait_for
 
 
 def test_file_source_survives_garbage_records(server, conn, unique):

@@ -20,7 +20,7 @@ from streamdb.catalog import ColumnDef, RelationDef
 from streamdb.errors import FeatureNotSupported, InsufficientPrivilege, InvalidParameterValue
 from streamdb.planner.context import PlanContext
 from streamdb.planner.names import normalize
-from streamdb.planner.options import property_values, validate_options
+from streamdb.planner.options import StreamOptions, property_values, validate_options
 from streamdb.planner.plans import CreateObjectPlan
 from streamdb.sql import ast as S
 
@@ -76,9 +76,71 @@ class FileConnectorOptions(BaseModel):
     path: str = Field(min_length=1)
 
 
+class MqttConnectorOptions(BaseModel):
+    """An MQTT broker, and defaults for the streams that read from it (each may set its own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    broker: str = Field(min_length=1)  # host[:port], tcp://host:port, mqtt://..., mqtts://... (TLS)
+    topic: str | None = None  # a topic filter: a/b, a/+/c, a/#
+    qos: int | str | None = None  # 0 (at most once) or 1 (at least once, the default)
+    format: str | None = None  # the value format of its streams: json, csv, text, bytes
+    username: str | None = None
+    password: str | None = None
+    client_id: str | None = None  # the MQTT session's id; default: one per stream, kept across restarts
+
+
 _OPTION_MODELS: dict[str, type[BaseModel]] = {"kafka": KafkaConnectorOptions, "postgres": PostgresConnectorOptions,
-                                               "file": FileConnectorOptions}
-_KINDS = {"source": ("kafka", "file"), "sink": ("kafka", "postgres", "file")}
+                                               "file": FileConnectorOptions, "mqtt": MqttConnectorOptions}
+_KINDS = {"source": ("kafka", "file", "mqtt"), "sink": ("kafka", "postgres", "file")}
+MQTT_PORTS = {"tcp": 1883, "mqtt": 1883, "ssl": 8883, "mqtts": 8883, "tls": 8883}
+
+
+def mqtt_broker(text: str) -> tuple[str, int, bool]:
+    """`host[:port]` or `scheme://host[:port]` -> (host, port, tls)."""
+    from urllib.parse import urlsplit
+
+    raw = text.strip()
+    url = urlsplit(raw if "://" in raw else f"tcp://{raw}")
+    scheme = url.scheme.lower()
+    if scheme not in MQTT_PORTS:
+        raise InvalidParameterValue(f'MQTT broker "{text}" has an unknown scheme "{scheme}"',
+                                    hint="tcp://host:1883, mqtt://host:1883, mqtts://host:8883 or host:port")
+    try:
+        port = url.port or MQTT_PORTS[scheme]
+    except ValueError:
+        raise InvalidParameterValue(f'MQTT broker "{text}" has an invalid port') from None
+    if not url.hostname or url.path not in ("", "/") or url.username or url.query:
+        raise InvalidParameterValue(f'MQTT broker "{text}" is not host[:port] or scheme://host[:port]',
+                                    hint="credentials go in the options username and password")
+    return url.hostname, port, scheme in ("ssl", "mqtts", "tls")
+
+
+def mqtt_qos(value: int | str | None) -> int:
+    """0 or 1, also by RisingWave's names; QoS 2 is refused, with the reason."""
+    names = {"0": 0, "at_most_once": 0, "1": 1, "at_least_once": 1, "2": 2, "exactly_once": 2}
+    qos = 1 if value is None else names.get(str(value).strip().lower())
+    if qos is None:
+        raise InvalidParameterValue(f'invalid MQTT qos "{value}"', hint="qos is 0 (at most once) or 1 (at least once)")
+    if qos == 2:
+        raise FeatureNotSupported(
+            "MQTT qos 2 (exactly once) is not supported",
+            hint="Use qos 1: StreamDB acknowledges a message only after it is stored, so none is lost; a crash "
+                 "between the two can repeat the last batch. The MQTT client keeps QoS 2 state only in memory, so "
+                 "QoS 2 could lose a message in that window instead.")
+    return qos
+
+
+def mqtt_topic_filter(topic: str) -> str:
+    """A valid MQTT topic filter: '+' is a whole level, '#' only the last one."""
+    levels = topic.split("/")
+    if not topic or "\x00" in topic or len(topic.encode()) > 65535:
+        raise InvalidParameterValue(f'invalid MQTT topic filter "{topic}"')
+    for i, level in enumerate(levels):
+        if ("+" in level and level != "+") or ("#" in level and (level != "#" or i != len(levels) - 1)):
+            raise InvalidParameterValue(f'invalid MQTT topic filter "{topic}"',
+                                        hint="'+' stands for one whole level (a/+/c), '#' for the rest (a/#)")
+    return topic
 
 
 def kafka_properties(values: dict[str, Any]) -> dict[str, str]:
@@ -118,7 +180,14 @@ def connector_options(kind: str, values: dict[str, Any]) -> dict[str, str]:
     values = dict(values)
     props = kafka_properties(values) if kind == "kafka" else {}
     model = validate_options(_OPTION_MODELS[kind], values, f"{kind} connector")
-    return {**{k: str(v) for k, v in model.model_dump().items()}, **props}
+    if isinstance(model, MqttConnectorOptions):
+        mqtt_broker(model.broker)
+        model.qos = mqtt_qos(model.qos)
+        if model.topic is not None:
+            mqtt_topic_filter(model.topic)
+        if model.format is not None:
+            model.format = StreamOptions.model_validate({"format": model.format}).value_format
+    return {**{k: str(v) for k, v in model.model_dump(exclude_none=True).items()}, **props}
 
 
 def masked_sql(stmt: exp.Expression) -> str:
@@ -167,6 +236,7 @@ def external_stream(rel: RelationDef, opts: Any, ctx: PlanContext) -> tuple[Rela
                                   hint="CREATE EXTERNAL STREAM name (col type, ...) WITH (...)")
     source_type = "kafka"
     depends: tuple[int, ...] = ()
+    conn_opts: dict[str, str] = {}
     if opts.connector:
         conn = ctx.catalog.object("connector", normalize(exp.to_identifier(opts.connector)))
         if conn is None:
@@ -177,10 +247,17 @@ def external_stream(rel: RelationDef, opts: Any, ctx: PlanContext) -> tuple[Rela
             raise InvalidParameterValue(f'connector "{conn.name}" is a sink connector, not a source')
         source_type = conn_opts["type"]
         depends = (conn.id,)
+    elif opts.mqtt_broker:
+        source_type = "mqtt"
+        mqtt_broker(opts.mqtt_broker)
     if source_type == "kafka" and not opts.kafka_topic:
         raise InvalidParameterValue("an external Kafka stream needs the option kafka_topic")
-    if source_type == "file" and opts.kafka_topic:
-        raise InvalidParameterValue("kafka_topic is for Kafka streams; a FILE stream reads its connector's path")
+    if source_type != "kafka" and opts.kafka_topic:
+        raise InvalidParameterValue(f"kafka_topic is for Kafka streams, not {source_type.upper()} ones")
+    if source_type == "mqtt":
+        rel = _mqtt_stream(rel, opts, conn_opts)
+    elif opts.mqtt_topic or opts.qos is not None:
+        raise InvalidParameterValue("mqtt_topic and qos are for MQTT streams")
     if opts.value_format == "avro":
         if not opts.avro_schema and not opts.schema_registry_url:
             raise InvalidParameterValue("value_format 'avro' needs the option avro_schema (the schema as JSON) "
@@ -192,8 +269,8 @@ def external_stream(rel: RelationDef, opts: Any, ctx: PlanContext) -> tuple[Rela
                 json.loads(opts.avro_schema)
         except json.JSONDecodeError as e:
             raise InvalidParameterValue(f"avro_schema is not valid JSON: {e}") from None
-    if opts.value_format in ("text", "bytes") and len([c for c in rel.columns if c.role is None]) != 1:
-        raise InvalidParameterValue(f"value_format '{opts.value_format}' fills exactly one value column")
+    if rel.value_format in ("text", "bytes") and len([c for c in rel.columns if c.role is None]) != 1:
+        raise InvalidParameterValue(f"value_format '{rel.value_format}' fills exactly one value column")
     errors_name = f"{rel.name}_errors"
     if ctx.catalog.get(errors_name) is not None:
         raise InvalidParameterValue(f'the dead-letter stream "{errors_name}" of "{rel.name}" would replace an '
@@ -205,3 +282,24 @@ def external_stream(rel: RelationDef, opts: Any, ctx: PlanContext) -> tuple[Rela
     rel = replace(rel, depends_on=depends,
                   extra=(*rel.extra, ("external", source_type), ("dead_letters", errors_name)))
     return rel, errors
+
+
+def _mqtt_stream(rel: RelationDef, opts: StreamOptions, conn_opts: dict[str, str]) -> RelationDef:
+    """An MQTT stream's topic filter and QoS (its own, else its connector's), checked and kept in
+    its options; its value format, unless it names one, is the connector's."""
+    from dataclasses import replace
+
+    topic = opts.mqtt_topic or conn_opts.get("topic")
+    if not topic:
+        raise InvalidParameterValue("an external MQTT stream needs a topic filter: the option mqtt_topic "
+                                    "(or topic on its connector)")
+    mqtt_topic_filter(topic)
+    qos = mqtt_qos(opts.qos if opts.qos is not None else conn_opts.get("qos"))
+    if opts.value_format == "avro":
+        raise FeatureNotSupported("Avro is not supported for MQTT streams (json, csv, text or bytes are)")
+    value_format = rel.value_format
+    if "value_format" not in opts.model_fields_set and conn_opts.get("format"):
+        value_format = conn_opts["format"]
+    options = dict(rel.options)
+    options.update({"mqtt_topic": topic, "qos": str(qos), "value_format": value_format})
+    return replace(rel, value_format=value_format, options=tuple(options.items()))

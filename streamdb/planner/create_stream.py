@@ -93,6 +93,8 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
 
 _SOURCE_OPTIONS = {"topic": "kafka_topic", "properties.bootstrap.server": "bootstrap_servers",
                    "properties.bootstrap.servers": "bootstrap_servers", "scan.startup.mode": "scan_startup"}
+# RisingWave's MQTT source options. Credentials need a connector (whose SHOW CREATE masks them).
+_MQTT_SOURCE_OPTIONS = {"url": "mqtt_broker", "topic": "mqtt_topic", "qos": "qos"}
 
 
 def plan_create_source(stmt: S.CreateSource, ctx: PlanContext, sql: str) -> CreateRelationPlan:
@@ -100,19 +102,24 @@ def plan_create_source(stmt: S.CreateSource, ctx: PlanContext, sql: str) -> Crea
     properties.bootstrap.server = '...') FORMAT PLAIN ENCODE JSON: an external stream."""
     values = property_values(stmt.args.get("properties"))
     connector = str(values.pop("connector", "kafka")).lower()
-    if connector != "kafka":
+    if connector not in ("kafka", "mqtt"):
         raise FeatureNotSupported(f"CREATE SOURCE with connector '{connector}' is not supported",
-                                  hint="Kafka sources: connector = 'kafka'; files: CREATE SOURCE CONNECTOR ... FILE")
+                                  hint="connector = 'kafka' or 'mqtt'; files: CREATE SOURCE CONNECTOR ... FILE")
+    known = _SOURCE_OPTIONS if connector == "kafka" else _MQTT_SOURCE_OPTIONS
     fmt = str(stmt.args.get("format") or "PLAIN").upper()
     if fmt != "PLAIN":
         raise FeatureNotSupported(f"FORMAT {fmt} is not supported (FORMAT PLAIN is)")
     encode = str(stmt.args.get("encode") or "JSON").lower()
     options: dict[str, Any] = {"format": encode}
     for key, value in values.items():
-        target = _SOURCE_OPTIONS.get(key)
+        target = known.get(key)
         if target is None:
-            raise InvalidParameterValue(f'unrecognized source option "{key}"',
-                                        hint="valid options are: connector, " + ", ".join(_SOURCE_OPTIONS))
+            hint = "valid options are: connector, " + ", ".join(known)
+            if connector == "mqtt" and key in ("username", "password", "client_id"):
+                hint = ("credentials go in a connector: CREATE SOURCE CONNECTOR name MQTT WITH (broker = '...', "
+                        "username = '...', password = '...'), then CREATE EXTERNAL STREAM ... WITH "
+                        "(connector = 'name', ...)")
+            raise InvalidParameterValue(f'unrecognized {connector} source option "{key}"', hint=hint)
         options[target] = value
     for key, value in property_values(stmt.args.get("encode_properties")).items():
         if key == "delimiter":

@@ -30,6 +30,11 @@ class StreamOptions(BaseModel):
     avro_schema: str | None = None  # value_format avro: the writer's schema, as JSON
     schema_registry_url: str | None = None  # value_format avro: writer schemas by id from a registry
     pattern: str | None = None  # FILE connector: file names to read (glob), e.g. '*.jsonl'
+    # MQTT streams: the topic filter and QoS (else the connector's), or a broker without a
+    # connector (RisingWave's CREATE SOURCE ... WITH (connector = 'mqtt', url = '...')).
+    mqtt_topic: str | None = None
+    qos: int | str | None = None
+    mqtt_broker: str | None = None
 
     @field_validator("value_format")
     @classmethod
@@ -113,7 +118,7 @@ def validate_options(model: type[BaseModel], values: dict[str, Any], what: str) 
 
 def reject_connector_options(opts: StreamOptions, external: bool) -> None:
     """An internal stream (stored by StreamDB, written by INSERT) takes no connector options."""
-    if not external and (opts.kafka_topic or opts.connector):
+    if not external and (opts.kafka_topic or opts.connector or opts.mqtt_topic or opts.mqtt_broker):
         raise FeatureNotSupported(
             "a stream with a connector or kafka_topic reads from outside: declare it EXTERNAL",
             hint="CREATE EXTERNAL STREAM name (...) WITH (connector = '...', kafka_topic = '...')")

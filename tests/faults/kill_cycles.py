@@ -34,9 +34,21 @@ GROUPS = 7  # stream rows fall into groups 0..6; the table's keys are the same n
 STREAM_WRITERS = 2
 BATCH_ROWS = 5
 
+# Event time runs this much faster than the wall clock, so windows close (the watermark passes
+# them) within a few seconds of writing, however fast the machine runs the cycles.
+EVENT_TIME_SPEEDUP = 20
+_CLOCK_START = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def event_time() -> dt.datetime:
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    return _CLOCK_START + (now - _CLOCK_START) * EVENT_TIME_SPEEDUP
+
+
 SCHEMA = [
-    # ts is the writer's clock: out of order by milliseconds at most, so with a 30 s watermark
-    # delay no event is late and the EMIT ON WINDOW CLOSE view has a plain batch recomputation.
+    # ts is the writers' clock, sped up (event_time): out of order by well under a second, so with
+    # a 30 s watermark delay no event is late and the EMIT ON WINDOW CLOSE view has a plain batch
+    # recomputation.
     "CREATE STREAM ev (id BIGINT, grp INT, amount INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '30' SECOND) "
     "WITH (partitions = 2)",
     "CREATE TABLE acct (k INT PRIMARY KEY, v INT)",
@@ -190,7 +202,7 @@ class _StreamWriter(_Writer):
 
     def write_once(self, conn: psycopg.Connection) -> None:
         rows = []
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        now = event_time()
         for _ in range(BATCH_ROWS):
             rows.append((self.next_id, self.next_id % GROUPS, self.rng.randrange(100), now))
             self.next_id += STREAM_WRITERS  # ids are never reused, even after an unacknowledged batch

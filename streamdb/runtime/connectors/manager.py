@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,9 @@ class SourceManager:
         catalog = self.engine.catalog.snapshot()
         wanted = {r.id: r for r in catalog.relations.values() if dict(r.extra).get("external")}
         for rel_id in [i for i in self.sources if i not in wanted]:
-            self.sources.pop(rel_id).stop()
+            dropped = self.sources.pop(rel_id)
+            dropped.stop()
+            dropped.dropped()
         for rel_id in [i for i in self.failed if i not in wanted]:
             del self.failed[rel_id]
         for rel_id, rel in wanted.items():
@@ -72,6 +75,8 @@ class SourceManager:
 
             root = self.engine.file_root()
             return FileSource(self.engine, rel, errors_rel, root, conn_opts["path"], opts.get("pattern"), decoder)
+        if extra.get("external") == "mqtt":
+            return self._mqtt_source(rel, errors_rel, opts, conn_opts, decoder)
         bootstrap = (conn_opts.get("bootstrap_servers") or opts.get("bootstrap_servers")
                      or self.engine.settings.kafka_bootstrap)
         if not bootstrap:
@@ -85,6 +90,20 @@ class SourceManager:
                 "logger": _KafkaLog(rel.name)}
         return KafkaSource(self.engine, rel, errors_rel, str(opts["kafka_topic"]), conf, decoder,
                            start=opts.get("scan_startup") or "earliest")
+
+    def _mqtt_source(self, rel: RelationDef, errors_rel: RelationDef | None, opts: dict[str, str],
+                     conn_opts: dict[str, str], decoder: Decoder) -> Any:
+        from streamdb.planner.connectors import mqtt_broker
+        from streamdb.runtime.connectors.mqtt_source import MqttSource
+
+        host, port, tls = mqtt_broker(conn_opts.get("broker") or opts["mqtt_broker"])
+        # One session per stream, the same across restarts (the broker keeps a QoS 1 session's
+        # messages while StreamDB is down), and distinct for a stream dropped and created again.
+        tag = hashlib.sha1(f"{rel.name}/{rel.created_at!r}".encode()).hexdigest()[:8]
+        client_id = f"{conn_opts.get('client_id') or 'streamdb'}-{rel.id}-{tag}"
+        return MqttSource(self.engine, rel, errors_rel, decoder, host=host, port=port, tls=tls,
+                          topic=opts["mqtt_topic"], qos=int(opts["qos"]), client_id=client_id,
+                          username=conn_opts.get("username"), password=conn_opts.get("password"))
 
 
 def _avro_schema(text: str | None) -> Any:

@@ -68,6 +68,9 @@ class SourceThread:
     def restore(self, meta: dict[str, Any]) -> None:
         """Resume from the progress stored with the last batch."""
 
+    def dropped(self) -> None:
+        """The stream was dropped (its thread has stopped): release what it held outside."""
+
     def _run(self) -> None:
         raise NotImplementedError
 

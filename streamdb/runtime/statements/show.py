@@ -35,8 +35,9 @@ def _connector_rows(ctx: ExecContext, kind: str) -> list[tuple[object, ...]]:
                 continue
             opts = dict(r.options)
             conn = catalog.object_by_id(r.depends_on[0]) if r.depends_on else None
-            origin = opts.get("kafka_topic") if extra["external"] == "kafka" else dict(conn.options).get("path") \
-                if conn is not None else None
+            origin = (opts.get("kafka_topic") if extra["external"] == "kafka"
+                      else opts.get("mqtt_topic") if extra["external"] == "mqtt"
+                      else dict(conn.options).get("path") if conn is not None else None)
             st = ctx.engine.sources.status(r.id)
             failed = ctx.engine.sources.failed.get(r.id)
             rows.append((r.name, conn.name if conn is not None else None, origin, r.value_format,
