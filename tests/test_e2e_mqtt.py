@@ -9,19 +9,7 @@ import psycopg
 import pytest
 
 from tests.mqtt_util import Broker, publish, sessions_total
-from tests.source_util import wait_for
-
-
-def wait_source(conn: psycopg.Connection, stream: str, state: str, error_part: str | None = None,
-                timeout: float = 60) -> tuple:
-    deadline = time.monotonic() + timeout
-    row = None
-    while time.monotonic() < deadline:
-        row = {r[0]: r for r in conn.execute("SHOW SOURCES").fetchall()}.get(stream)
-        if row is not None and row[4] == state and (error_part is None or error_part in (row[8] or "")):
-            return row
-        time.sleep(0.2)
-    raise AssertionError(f"source {stream}: waited for {state} ({error_part}), last saw {row!r}")
+from tests.source_util import wait_for, wait_source
 
 
 def wait_sessions(broker: Broker, auth: tuple[str, str], expected: int, timeout: float = 30) -> None:

@@ -92,7 +92,7 @@ class MqttConnectorOptions(BaseModel):
 
 _OPTION_MODELS: dict[str, type[BaseModel]] = {"kafka": KafkaConnectorOptions, "postgres": PostgresConnectorOptions,
                                                "file": FileConnectorOptions, "mqtt": MqttConnectorOptions}
-_KINDS = {"source": ("kafka", "file", "mqtt"), "sink": ("kafka", "postgres", "file")}
+_KINDS = {"source": ("kafka", "file", "mqtt", "postgres"), "sink": ("kafka", "postgres", "file")}
 MQTT_PORTS = {"tcp": 1883, "mqtt": 1883, "ssl": 8883, "mqtts": 8883, "tls": 8883}
 
 
@@ -282,6 +282,42 @@ def external_stream(rel: RelationDef, opts: Any, ctx: PlanContext) -> tuple[Rela
     rel = replace(rel, depends_on=depends,
                   extra=(*rel.extra, ("external", source_type), ("dead_letters", errors_name)))
     return rel, errors
+
+
+def postgres_cdc_table(rel: RelationDef, opts: Any, ctx: PlanContext) -> RelationDef:
+    """A table whose rows follow a PostgreSQL table through logical replication (a POSTGRES source
+    connector): keyed like its upstream table, written only by its source."""
+    from dataclasses import replace
+
+    from streamdb.errors import UndefinedObject
+
+    if not opts.connector:
+        raise InvalidParameterValue("postgres_table and publication need connector = '<a POSTGRES source connector>'")
+    conn = ctx.catalog.object("connector", normalize(exp.to_identifier(opts.connector)))
+    if conn is None:
+        raise UndefinedObject(f'connector "{opts.connector}" does not exist',
+                              hint="CREATE SOURCE CONNECTOR name POSTGRES WITH (dsn = 'postgresql://...')")
+    conn_opts = dict(conn.options)
+    if conn_opts.get("direction") != "source" or conn_opts.get("type") != "postgres":
+        raise InvalidParameterValue(f'connector "{conn.name}" is not a POSTGRES source connector',
+                                    hint="a table follows a PostgreSQL table through a POSTGRES source connector; "
+                                         "Kafka, MQTT and files feed EXTERNAL streams")
+    if not rel.primary_key:
+        raise InvalidParameterValue(f'table "{rel.name}" follows a PostgreSQL table and needs its primary key',
+                                    hint="declare the upstream table's primary key: PRIMARY KEY (...)")
+    if opts.append_only:
+        raise InvalidParameterValue("a table following a PostgreSQL table takes its updates and deletes too: "
+                                    "append_only does not apply")
+    upstream = opts.postgres_table or rel.name
+    parts = upstream.split(".")
+    if len(parts) > 2 or not all(parts):
+        raise InvalidParameterValue(f'postgres_table "{upstream}" is not table or schema.table')
+    schema, table = (parts if len(parts) == 2 else ["public", parts[0]])
+    options = {"postgres_table": f"{schema}.{table}", "connector": conn.name}
+    if opts.publication:
+        options["publication"] = opts.publication
+    return replace(rel, depends_on=(conn.id,), options=tuple(sorted(options.items())),
+                   extra=(*rel.extra, ("external", "postgres")))
 
 
 def _mqtt_stream(rel: RelationDef, opts: StreamOptions, conn_opts: dict[str, str]) -> RelationDef:

@@ -7,6 +7,7 @@ from sqlglot import exp
 from streamdb.errors import FeatureNotSupported, InvalidParameterValue, StreamDBError, UndefinedColumn
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
+from streamdb.planner.insert import refuse_write_to_view
 from streamdb.planner.names import lookup_relation, normalize
 from streamdb.planner.options import property_values
 from streamdb.planner.plans import CopyFromPlan, CopyToPlan
@@ -71,6 +72,7 @@ def plan(stmt: CopyStatement, ctx: PlanContext) -> CopyFromPlan | CopyToPlan:
         require(ctx, rel, "INSERT", target)
         if rel.kind not in ("stream", "table"):
             raise StreamDBError(f'cannot copy to {rel.kind.replace("_", " ")} "{rel.name}"', sqlstate="42809")
+        refuse_write_to_view(rel, "copy to")
         if rel.schemaless and not stmt.args.get("columns"):
             raise FeatureNotSupported(f'COPY into schemaless stream "{rel.name}" needs a column list')
         names = [normalize(c) for c in stmt.args.get("columns") or []] or rel.column_names()

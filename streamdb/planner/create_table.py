@@ -68,6 +68,10 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateRelationPlan:
         partitions=opts.partitions, create_sql=sql.strip(), created_at=time.time(),
         extra=(("append_only", True),) if opts.append_only else (),
     )
+    if opts.connector is not None or opts.postgres_table is not None or opts.publication is not None:
+        from streamdb.planner.connectors import postgres_cdc_table
+
+        rel = postgres_cdc_table(rel, opts, ctx)
     return CreateRelationPlan(rel, if_not_exists=bool(stmt.args.get("exists")),
                               or_replace=bool(stmt.args.get("replace")))
 

@@ -33,6 +33,10 @@ def refuse_write_to_view(rel: RelationDef, verb: str) -> None:
             hint=f"{verb.split()[0].capitalize()} through the relations the view reads from.")
     if rel.kind == "materialized_view":
         raise WrongObjectType(f'cannot change materialized view "{rel.name}"')
+    if dict(rel.extra).get("external") == "postgres":
+        upstream = dict(rel.options).get("postgres_table")
+        raise WrongObjectType(f'cannot {verb} table "{rel.name}": its rows follow PostgreSQL table "{upstream}"',
+                              hint="Change the upstream table; its changes arrive here.")
 
 
 def plan(stmt: exp.Insert, ctx: PlanContext, bound: tuple[list[Any], tuple[T.SqlType, ...]] | None = None

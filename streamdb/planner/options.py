@@ -64,6 +64,12 @@ class TableOptions(BaseModel):
 
     partitions: int = Field(1, ge=1, le=1024)
     append_only: bool = False  # RisingWave's APPEND ONLY: inserts only, no UPDATE or DELETE
+    # A table following a PostgreSQL table (change data capture through logical replication):
+    # a POSTGRES source connector, the upstream table (default: public.<name>), and a
+    # publication of it (default: one StreamDB creates).
+    connector: str | None = None
+    postgres_table: str | None = None
+    publication: str | None = None
     value_format: str = Field("json", alias="format")
 
 

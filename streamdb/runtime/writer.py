@@ -288,8 +288,9 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
                               updates: list[tuple[bytes, tuple[Any, ...]]] = (),  # type: ignore[assignment]
                               deletes: list[bytes] = (),  # type: ignore[assignment]
                               assignments: list[tuple[bytes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]] = (),  # type: ignore[assignment]
-                              lock_held: bool = False) -> int:
+                              lock_held: bool = False, extra: Commit | None = None) -> int:
     """Apply row changes to a table under its write lock; returns the number of rows affected.
+    `extra` is committed in the same write (a source's progress), even when no row changes.
     `assignments` give a row's new version from the row as it is under the lock (an UPDATE's
     SET), so concurrent UPDATEs of one row never lose each other's changes. `lock_held`: the
     caller holds the table's lock already (it computed `updates` under it)."""
@@ -297,9 +298,17 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
         rows = len(upserts) + len(updates) + len(deletes) + len(assignments)
         if rows < OFF_LOOP_ROWS:
             commit, affected = _table_changes(engine, rel, upserts, updates, deletes, assignments)
+        elif extra is not None:  # a source's batch: off the loop, and it waits for the commit anyway
+            commit, affected = await asyncio.to_thread(_table_changes, engine, rel, upserts, updates, deletes,
+                                                       assignments)
         else:  # a bulk write (COPY into a table, say): ~10 us a row, not on the event loop
             commit, affected = await asyncio.to_thread(_table_changes, engine, rel, upserts, updates, deletes,
                                                        assignments)
+        if extra is not None:
+            commit = commit or Commit()
+            commit.appends.extend(extra.appends)
+            commit.puts.extend(extra.puts)
+            commit.deletes.extend(extra.deletes)
         if commit is None:
             return affected
         await _commit(engine, commit)

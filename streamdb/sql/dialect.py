@@ -60,7 +60,7 @@ SHOW_CREATE_KINDS = (
 # DROP kinds sqlglot does not know; the others go through sqlglot's own DROP parser.
 STREAMING_DROP_KINDS = ("STREAM", "SOURCE", "SINK")
 # CREATE {SOURCE | SINK} CONNECTOR name <kind>: the connector kinds each direction has.
-CONNECTOR_KINDS = {"source": ("KAFKA", "FILE", "MQTT"), "sink": ("KAFKA", "POSTGRES", "FILE")}
+CONNECTOR_KINDS = {"source": ("KAFKA", "FILE", "MQTT", "POSTGRES"), "sink": ("KAFKA", "POSTGRES", "FILE")}
 # After SOURCE / SINK, CONNECTOR is our keyword when a name (or IF) follows it; followed by one
 # of these (or by punctuation, or nothing) it is the name of a source or sink called connector.
 AFTER_SOURCE_OR_SINK_NAME = {"FROM", "AS", "INTO", "WITH", "INCLUDE", "FORMAT", "CASCADE", "RESTRICT"}

@@ -75,6 +75,11 @@ class SourceManager:
 
             root = self.engine.file_root()
             return FileSource(self.engine, rel, errors_rel, root, conn_opts["path"], opts.get("pattern"), decoder)
+        if extra.get("external") == "postgres":
+            from streamdb.runtime.connectors.pg_cdc_source import PostgresCdcSource
+
+            return PostgresCdcSource(self.engine, rel, decoder, dsn=conn_opts["dsn"], table=opts["postgres_table"],
+                                     publication=opts.get("publication"))
         if extra.get("external") == "mqtt":
             return self._mqtt_source(rel, errors_rel, opts, conn_opts, decoder)
         bootstrap = (conn_opts.get("bootstrap_servers") or opts.get("bootstrap_servers")

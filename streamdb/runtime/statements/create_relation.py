@@ -63,7 +63,7 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
         for old in remove:
             engine.reader.forget(old.id)
             engine.watermarks.forget(old.id)
-    if companions or remove:
+    if companions or remove or extra.get("external"):
         engine.sync_connectors()
     if rel.kind == "materialized_view":
         return await _hydrate(ctx, rel.name, tag)

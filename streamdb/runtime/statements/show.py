@@ -37,6 +37,7 @@ def _connector_rows(ctx: ExecContext, kind: str) -> list[tuple[object, ...]]:
             conn = catalog.object_by_id(r.depends_on[0]) if r.depends_on else None
             origin = (opts.get("kafka_topic") if extra["external"] == "kafka"
                       else opts.get("mqtt_topic") if extra["external"] == "mqtt"
+                      else opts.get("postgres_table") if extra["external"] == "postgres"
                       else dict(conn.options).get("path") if conn is not None else None)
             st = ctx.engine.sources.status(r.id)
             failed = ctx.engine.sources.failed.get(r.id)
