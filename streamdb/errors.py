@@ -132,6 +132,10 @@ class DependentObjectsStillExist(StreamDBError):
     sqlstate = "2BP01"
 
 
+class ObjectInUse(StreamDBError):
+    sqlstate = "55006"
+
+
 class InvalidColumnReference(StreamDBError):
     sqlstate = "42P10"
 

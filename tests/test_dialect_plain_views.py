@@ -24,6 +24,15 @@ ROUND_TRIPS = [
     ("SHOW CREATE VIEW v", "SHOW CREATE VIEW v", ast.ShowCreate),
     ("DESCRIBE v", "DESCRIBE v", ast.DescribeRelation),
     ("SELECT * FROM v EMIT CHANGES", "SELECT * FROM v EMIT CHANGES", ast.EmitChanges),
+    # ALTER ... RENAME TO, every relation kind (other ALTERs stay sqlglot's)
+    ("alter view v rename to w", "ALTER VIEW v RENAME TO w", ast.RenameRelation),
+    ("ALTER MATERIALIZED VIEW IF EXISTS public.v RENAME TO w", "ALTER MATERIALIZED VIEW IF EXISTS public.v RENAME TO w",
+     ast.RenameRelation),
+    ("ALTER TABLE t RENAME TO \"T2\"", "ALTER TABLE t RENAME TO \"T2\"", ast.RenameRelation),
+    ("ALTER STREAM s RENAME TO s2", "ALTER STREAM s RENAME TO s2", ast.RenameRelation),
+    ("ALTER TABLE t ADD COLUMN x INT", "ALTER TABLE t ADD COLUMN x INT", exp.Alter),
+    ("CREATE OR REPLACE MATERIALIZED VIEW v AS SELECT a, count(*) AS n FROM t GROUP BY a",
+     "CREATE OR REPLACE MATERIALIZED VIEW v AS SELECT a, COUNT(*) AS n FROM t GROUP BY a", exp.Create),
 ]
 
 

@@ -79,8 +79,6 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         materialized = props is not None and any(
             isinstance(p, exp.MaterializedProperty) for p in props.expressions)
         if kind == "VIEW" and materialized:
-            if node.args.get("replace"):
-                raise FeatureNotSupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported; drop it first")
             return create_view.plan(node, ctx, sql)
         if kind == "VIEW":
             from streamdb.planner import create_plain_view
@@ -132,6 +130,10 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
     if isinstance(node, S.CloseCursor):
         target = node.this
         return CloseCursorPlan(None if isinstance(target, exp.Literal) else normalize(target))
+    if isinstance(node, S.RenameRelation):
+        from streamdb.planner import rename
+
+        return rename.plan(node, ctx)
     if isinstance(node, (S.CreateRole, S.AlterRole)):
         from streamdb.planner import roles
 

@@ -118,6 +118,7 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
 
     strategy = view_strategy(q.resolved_sql, q.inputs, ctx.catalog, tuple(c.name for c in q.columns),
                              eowc=eowc_input)
-    return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")),
+    or_replace = derived is None and bool(stmt.args.get("replace"))
+    return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")), or_replace=or_replace,
                           aggregate_strategy=aggregate.explain() if aggregate else None,
                           aggregate_sql=aggregate.delta_sql if aggregate else None, strategy=strategy)

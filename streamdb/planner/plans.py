@@ -149,6 +149,9 @@ class CreateViewPlan(Plan):
     relation: RelationDef
     query: QueryPlan
     if_not_exists: bool = False
+    # CREATE OR REPLACE: the old view serves reads until the new one holds its result, then the
+    # two are swapped in one catalog commit.
+    or_replace: bool = False
     # When the view is an aggregate maintained from partials: how, and the Spark SQL of its delta.
     aggregate_strategy: str | None = None
     aggregate_sql: str | None = None
@@ -228,6 +231,19 @@ class DropPlan(Plan):
 
     def explain(self) -> str:
         return f"Drop {self.kind} {', '.join(self.names)}" + (" cascade" if self.cascade else "")
+
+
+@dataclass(frozen=True)
+class RenamePlan(Plan):
+    """ALTER ... RENAME TO: the relation keeps its id, data, state, grants and owner."""
+
+    kind: str  # 'stream' | 'table' | 'view' | 'materialized_view'
+    name: str
+    new_name: str
+    if_exists: bool = False
+
+    def explain(self) -> str:
+        return f"Rename {self.kind} {self.name} to {self.new_name}"
 
 
 # ---- writes ---------------------------------------------------------------------------

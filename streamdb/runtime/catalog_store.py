@@ -56,9 +56,11 @@ class CatalogStore:
 
     def plan_change(self, *, add: list[RelationDef] = (), remove: list[RelationDef] = (),  # type: ignore[assignment]
                     update: list[RelationDef] = (),  # type: ignore[assignment]
+                    rename: list[tuple[RelationDef, RelationDef]] = (),  # type: ignore[assignment]
                     put_roles: list[RoleDef] = (), remove_roles: list[RoleDef] = (),  # type: ignore[assignment]
                     ) -> tuple[Commit, list[RelationDef], CatalogSnapshot]:
-        """A commit for a catalog change and the snapshot it produces (applied by `applied`)."""
+        """A commit for a catalog change and the snapshot it produces (applied by `applied`).
+        `rename`: (relation as it is, the same relation under its new name); its data stays."""
         commit = Commit()
         next_id = self._next_id
         relations = dict(self._snapshot.relations)
@@ -87,6 +89,11 @@ class CatalogStore:
             added.append(rel)
             place(rel)[name_in(rel)] = rel
             commit.puts.append((CATALOG, _key(rel), json.dumps(rel.to_json()).encode()))
+        for old, new in rename:
+            place(old).pop(name_in(old), None)
+            commit.deletes.append((CATALOG, _key(old)))
+            place(new)[name_in(new)] = new
+            commit.puts.append((CATALOG, _key(new), json.dumps(new.to_json()).encode()))
         for rel in update:
             place(rel)[name_in(rel)] = rel
             commit.puts.append((CATALOG, _key(rel), json.dumps(rel.to_json()).encode()))
@@ -101,6 +108,10 @@ class CatalogStore:
         # their cached statements and plans (privileges checked when planned) by it.
         version = self._snapshot.version + 1
         commit.puts.append(self._meta_put(version, next_id))
+        # A commit applies its puts before its deletes: a name removed and given to another
+        # relation in the same change (OR REPLACE, a rename onto a replaced name) must keep the put.
+        put_keys = {(store, key) for store, key, _ in commit.puts}
+        commit.deletes = [d for d in commit.deletes if d not in put_keys]
         return commit, added, CatalogSnapshot(version, relations, objects, roles)
 
     def applied(self, snapshot: CatalogSnapshot) -> None:

@@ -69,11 +69,21 @@ class Engine:
                 embedded.launch_gate.set()
 
             threading.Thread(target=open_gate, name="embedded-gate", daemon=True).start()
+        self._drop_pending_relations()
         self.views.start()
         self.sources.sync()
         self.sinks.sync()
         log.info("catalog version %d with %d relations", self.catalog.snapshot().version,
                  len(self.catalog.snapshot().relations))
+
+    def _drop_pending_relations(self) -> None:
+        """The data of replaced views whose drop a restart interrupted (create_relation.drop_pending)."""
+        from streamdb.runtime.statements.create_relation import META, background, drop_pending
+
+        with self.storage.snapshot() as snap:
+            pending = [int(key.split(b":")[1]) for key, _ in snap.scan(META, b"pending-drop:")]
+        if pending:
+            background(drop_pending(self, pending))
 
     def sync_connectors(self) -> None:
         """After DDL: sources for new external streams and new sinks start, dropped ones stop."""

@@ -241,6 +241,13 @@ class CreateSink(exp.Expression):
     }
 
 
+class RenameRelation(exp.Expression):
+    """ALTER { TABLE | STREAM | VIEW | MATERIALIZED VIEW } [IF EXISTS] name RENAME TO new_name.
+    `kind` is the keyword(s) as written (upper case); `this` and `to` are exp.Table nodes."""
+
+    arg_types = {"this": True, "kind": True, "to": True, "exists": False}
+
+
 class DropConnector(exp.Drop):
     """DROP [SOURCE | SINK] CONNECTOR [IF EXISTS] name, ... [CASCADE | RESTRICT]: an exp.Drop with
     kind 'CONNECTOR' whose `direction` ('source' | 'sink', absent for DROP CONNECTOR) keeps the

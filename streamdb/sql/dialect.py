@@ -1094,7 +1094,28 @@ class StreamDB(Postgres):
         def _parse_alter_statement(self) -> exp.Expr:
             if self._match_texts(("ROLE", "USER")):
                 return self._parse_role_statement(ast.AlterRole, self._prev.text.upper())
-            return self._parse_alter()
+            rename = self._parse_rename_relation()
+            return rename if rename is not None else self._parse_alter()
+
+        def _parse_rename_relation(self) -> exp.Expr | None:
+            """ALTER <kind> [IF EXISTS] name RENAME TO new_name; None (nothing consumed) for any
+            other ALTER, which sqlglot's own parser takes."""
+            start = self._index
+            if self._match_text_seq("MATERIALIZED", "VIEW"):
+                kind = "MATERIALIZED VIEW"
+            elif self._match_texts(("TABLE", "STREAM", "VIEW")):
+                kind = self._prev.text.upper()
+            else:
+                return None
+            exists = self._parse_exists()
+            name = self._parse_table_parts(schema=True)
+            if name is None or not self._match_text_seq("RENAME", "TO"):
+                self._retreat(start)
+                return None
+            to = self._parse_table_parts(schema=True)
+            if to is None:
+                self.raise_error("Expected the new name")
+            return self.expression(ast.RenameRelation(this=name, kind=kind, to=to, exists=exists or None))
 
         def _parse_grant_privileges(self, node: type[exp.Expr], preposition: str) -> exp.Expr:
             privileges: list[str] = []
@@ -1297,6 +1318,8 @@ class StreamDB(Postgres):
             ast.RoleOption: lambda self, e: e.this + (f" {self.sql(e, 'expression')}" if e.args.get("expression") else ""),
             ast.CreateRole: lambda self, e: self.role_sql("CREATE", e),
             ast.AlterRole: lambda self, e: self.role_sql("ALTER", e),
+            ast.RenameRelation: lambda self, e: f"ALTER {e.args['kind']} {'IF EXISTS ' if e.args.get('exists') else ''}"
+                                                f"{self.sql(e, 'this')} RENAME TO {self.sql(e, 'to')}",
             ast.DropRole: lambda self, e: f"DROP {e.args['kind']} {'IF EXISTS ' if e.args.get('exists') else ''}"
                                           f"{self.expressions(e, flat=True)}",
             ast.GrantPrivileges: lambda self, e: self.privileges_sql("GRANT", "TO", e),

@@ -63,6 +63,7 @@ STATEMENT_TYPES: tuple[type[exp.Expr], ...] = (
     ast.CreateSink,
     ast.CreateRole,
     ast.AlterRole,
+    ast.RenameRelation,
     ast.DropRole,
     ast.GrantPrivileges,
     ast.RevokePrivileges,

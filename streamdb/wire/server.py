@@ -907,6 +907,13 @@ class Connection:
                 if exc.position is not None:
                     exc.position += statement.offset
                 raise
+            described = portal.prepared.columns
+            if described is not None and result.columns is not None and (
+                    [c.type.oid for c in described] != [c.type.oid for c in result.columns]):
+                # The relation changed since Parse (a view replaced, say): rows in the new shape
+                # would not decode with the described one. PostgreSQL's answer, the same SQLSTATE.
+                raise FeatureNotSupported("cached plan must not change result type",
+                                          hint="Prepare the statement again.")
             portal.result = result
             portal.rows = list(result.rows or [])
             if result.copy_out is not None:

@@ -103,8 +103,8 @@ class SourceManager:
 
         host, port, tls = mqtt_broker(conn_opts.get("broker") or opts["mqtt_broker"])
         # One session per stream, the same across restarts (the broker keeps a QoS 1 session's
-        # messages while StreamDB is down), and distinct for a stream dropped and created again.
-        tag = hashlib.sha1(f"{rel.name}/{rel.created_at!r}".encode()).hexdigest()[:8]
+        # messages while StreamDB is down) and renames, distinct for a stream created again.
+        tag = hashlib.sha1(f"{rel.id}/{rel.created_at!r}".encode()).hexdigest()[:8]
         client_id = f"{conn_opts.get('client_id') or 'streamdb'}-{rel.id}-{tag}"
         return MqttSource(self.engine, rel, errors_rel, decoder, host=host, port=port, tls=tls,
                           topic=opts["mqtt_topic"], qos=int(opts["qos"]), client_id=client_id,

@@ -69,7 +69,7 @@ class PostgresCdcSource(SourceThread):
         super().__init__(engine, rel, None, decoder)
         self.dsn = dsn
         self.schema, self.table = table.split(".", 1)
-        tag = hashlib.sha1(f"{rel.name}/{rel.created_at!r}".encode()).hexdigest()[:8]
+        tag = hashlib.sha1(f"{rel.id}/{rel.created_at!r}".encode()).hexdigest()[:8]  # kept across renames
         self.slot = f"streamdb_{rel.id}_{tag}"
         self.publication = publication or self.slot
         self.own_publication = publication is None

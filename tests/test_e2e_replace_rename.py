@@ -1,0 +1,148 @@
+"""CREATE OR REPLACE MATERIALIZED VIEW without downtime, and ALTER ... RENAME TO, end to end
+against a real `streamdb serve` (real Spark)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+
+def test_replacing_a_view_keeps_it_readable_then_swaps(fresh_server):
+    with fresh_server.connect() as conn:
+        conn.execute("CREATE STREAM sales (region TEXT, amount INT)")
+        conn.execute("INSERT INTO sales SELECT 'r' || (i % 5), i FROM generate_series(1, 2000) AS i")
+        conn.execute("CREATE MATERIALIZED VIEW by_region AS SELECT region, count(*) AS n FROM sales GROUP BY region")
+        prepared = "SELECT * FROM by_region WHERE region = 'r1'"
+        assert conn.execute(prepared, prepare=True).fetchall() == [("r1", 400)]
+        conn.execute("CREATE ROLE analyst LOGIN")
+        conn.execute("GRANT SELECT ON by_region TO analyst")
+        old = sorted(conn.execute("SELECT * FROM by_region").fetchall())
+        assert old == [(f"r{i}", 400) for i in range(5)]
+        # A reader polls the view all along: it sees the old rows, then the new ones, never an error
+        # or an empty view.
+        seen: list[list[tuple]] = []
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def read() -> None:
+            # The simple query protocol: a statement prepared before the swap would, as in
+            # PostgreSQL, fail with "cached plan must not change result type" after it.
+            with fresh_server.connect() as reader, psycopg.ClientCursor(reader) as cur:
+                while not stop.is_set():
+                    try:
+                        seen.append(sorted(cur.execute("SELECT * FROM by_region").fetchall()))
+                    except psycopg.Error as e:
+                        failures.append(str(e))
+                    time.sleep(0.02)
+
+        poller = threading.Thread(target=read)
+        poller.start()
+        try:
+            conn.execute("CREATE OR REPLACE MATERIALIZED VIEW by_region AS "
+                         "SELECT region, count(*) AS n, sum(amount) AS total FROM sales GROUP BY region")
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            poller.join()
+        new = sorted(conn.execute("SELECT * FROM by_region").fetchall())
+        assert new == sorted(conn.execute("SELECT region, count(*), sum(amount) FROM sales GROUP BY region").fetchall())
+        assert failures == []
+        # A statement prepared before the swap fails as in PostgreSQL, rather than sending rows
+        # that do not match the columns it described.
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="cached plan must not change result type"):
+            conn.execute(prepared, prepare=True)
+        assert seen and all(rows in (old, new) for rows in seen), [r for r in seen if r not in (old, new)][:3]
+        assert seen[0] == old and seen[-1] == new
+        # One view of that name, with the new definition, the owner's grants, maintained as before.
+        views = [r[0] for r in conn.execute("SHOW MATERIALIZED VIEWS").fetchall()]
+        assert views.count("by_region") == 1 and not any("replacing" in v for v in views)
+        assert "sum(amount)" in conn.execute("SHOW CREATE MATERIALIZED VIEW by_region").fetchone()[1]
+        conn.execute("INSERT INTO sales VALUES ('r0', 1000000)")
+        conn.execute("FLUSH by_region")
+        assert conn.execute("SELECT n, total FROM by_region WHERE region = 'r0'").fetchone() == (
+            401, sum(range(5, 2001, 5)) + 1000000)
+    with psycopg.connect(fresh_server.dsn.replace("streamdb@", "analyst@"), autocommit=True) as analyst:
+        assert analyst.execute("SELECT count(*) FROM by_region").fetchone() == (5,)
+    with fresh_server.connect() as conn:
+        # A definition that cannot be computed leaves the view as it was.
+        with pytest.raises(psycopg.errors.DivisionByZero, match='materialized view "by_region" could not be computed'):
+            conn.execute("CREATE OR REPLACE MATERIALIZED VIEW by_region AS "
+                         "SELECT region, sum(amount / 0) AS total FROM sales GROUP BY region")
+        assert sorted(conn.execute("SELECT * FROM by_region").fetchall()) == sorted(
+            conn.execute("SELECT region, count(*), sum(amount) FROM sales GROUP BY region").fetchall())
+        # What reads the view must be replaced with it: the statement says which and why.
+        conn.execute("CREATE MATERIALIZED VIEW top_region AS SELECT max(total) AS best FROM by_region")
+        with pytest.raises(psycopg.errors.DependentObjectsStillExist) as e:
+            conn.execute("CREATE OR REPLACE MATERIALIZED VIEW by_region AS SELECT region, count(*) AS n FROM sales "
+                         "GROUP BY region")
+        assert "materialized view top_region depends on materialized view by_region" in (e.value.diag.message_detail
+                                                                                           or "")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="by a query that reads it"):
+            conn.execute("CREATE OR REPLACE MATERIALIZED VIEW top_region AS SELECT count(*) AS n FROM top_region")
+    # It all survives a restart: the swapped view under its name, with its data.
+    fresh_server.stop()
+    fresh_server.restart()
+    with fresh_server.connect() as conn:
+        conn.execute("FLUSH")
+        assert sorted(conn.execute("SELECT * FROM by_region").fetchall()) == sorted(
+            conn.execute("SELECT region, count(*), sum(amount) FROM sales GROUP BY region").fetchall())
+        assert conn.execute("SELECT best FROM top_region").fetchone() == (
+            conn.execute("SELECT max(t) FROM (SELECT sum(amount) AS t FROM sales GROUP BY region) s").fetchone()[0],)
+
+
+def test_rename_keeps_data_state_and_grants(fresh_server):
+    with fresh_server.connect() as conn:
+        # OR REPLACE of a stream keeps the new definition across a restart (the catalog once
+        # deleted the name it had just written).
+        conn.execute("CREATE STREAM replaced (a INT)")
+        conn.execute("CREATE OR REPLACE STREAM replaced (a INT, b TEXT)")
+        conn.execute("INSERT INTO replaced VALUES (1, 'x')")
+        conn.execute("CREATE STREAM clicks (page TEXT)")
+        conn.execute("CREATE TABLE pages (page TEXT PRIMARY KEY, title TEXT)")
+        conn.execute("INSERT INTO clicks VALUES ('/a'), ('/a'), ('/b')")
+        conn.execute("INSERT INTO pages VALUES ('/a', 'Home')")
+        conn.execute("CREATE MATERIALIZED VIEW hits AS SELECT page, count(*) AS n FROM clicks GROUP BY page")
+        conn.execute("CREATE VIEW recent AS SELECT page FROM clicks WHERE page <> '/b'")
+        conn.execute("FLUSH hits")
+        # Relations others depend on keep their names (dependents name them in their SQL).
+        with pytest.raises(psycopg.errors.DependentObjectsStillExist) as e:
+            conn.execute("ALTER STREAM clicks RENAME TO page_clicks")
+        assert "materialized view hits depends on stream clicks" in (e.value.diag.message_detail or "")
+        with pytest.raises(psycopg.errors.WrongObjectType, match='"hits" is not a table'):
+            conn.execute("ALTER TABLE hits RENAME TO x")
+        with pytest.raises(psycopg.errors.DuplicateTable, match='relation "pages" already exists'):
+            conn.execute("ALTER MATERIALIZED VIEW hits RENAME TO pages")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("ALTER VIEW nope RENAME TO x")
+        conn.execute("ALTER VIEW IF EXISTS nope RENAME TO x")
+        conn.execute("ALTER MATERIALIZED VIEW hits RENAME TO page_hits")
+        conn.execute("ALTER TABLE pages RENAME TO site_pages")
+        conn.execute("ALTER VIEW recent RENAME TO all_pages")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT * FROM hits")
+        assert sorted(conn.execute("SELECT * FROM page_hits").fetchall()) == [("/a", 2), ("/b", 1)]
+        assert conn.execute("SHOW CREATE MATERIALIZED VIEW page_hits").fetchone()[1].startswith(
+            "CREATE MATERIALIZED VIEW page_hits AS SELECT")
+        # The renamed view is still maintained, the renamed table still written by key.
+        conn.execute("INSERT INTO clicks VALUES ('/b')")
+        conn.execute("INSERT INTO site_pages VALUES ('/a', 'Start')")
+        conn.execute("FLUSH page_hits")
+        assert sorted(conn.execute("SELECT * FROM page_hits").fetchall()) == [("/a", 2), ("/b", 2)]
+        assert conn.execute("SELECT * FROM site_pages").fetchall() == [("/a", "Start")]
+        assert conn.execute("SELECT a, b FROM replaced").fetchall() == [(1, "x")]
+        assert conn.execute("SELECT * FROM all_pages").fetchall() == [("/a",), ("/a",)]
+        assert conn.execute("SELECT count(*) FROM pg_class WHERE relname IN ('page_hits', 'site_pages')").fetchone() \
+            == (2,)
+    fresh_server.stop()
+    fresh_server.restart()
+    with fresh_server.connect() as conn:
+        conn.execute("INSERT INTO clicks VALUES ('/c')")
+        conn.execute("FLUSH page_hits")
+        assert sorted(conn.execute("SELECT * FROM page_hits").fetchall()) == [("/a", 2), ("/b", 2), ("/c", 1)]
+        assert sorted(conn.execute("SELECT * FROM page_hits").fetchall()) == sorted(
+            conn.execute("SELECT page, count(*) FROM clicks GROUP BY page").fetchall())
+        assert conn.execute("SELECT * FROM site_pages").fetchall() == [("/a", "Start")]
+        assert conn.execute("SELECT a, b FROM replaced").fetchall() == [(1, "x")]
