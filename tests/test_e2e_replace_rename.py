@@ -73,6 +73,15 @@ def test_replacing_a_view_keeps_it_readable_then_swaps(fresh_server):
                          "SELECT region, sum(amount / 0) AS total FROM sales GROUP BY region")
         assert sorted(conn.execute("SELECT * FROM by_region").fetchall()) == sorted(
             conn.execute("SELECT region, count(*), sum(amount) FROM sales GROUP BY region").fetchall())
+        # A statement that times out while the new definition is computed leaves the old view too,
+        # and no staging view behind.
+        conn.execute("SET statement_timeout = '5ms'")
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute("CREATE OR REPLACE MATERIALIZED VIEW by_region AS "
+                         "SELECT region, min(amount) AS lo FROM sales GROUP BY region")
+        conn.execute("SET statement_timeout = 0")
+        assert [r[0] for r in conn.execute("SHOW MATERIALIZED VIEWS").fetchall()] == ["by_region"]
+        assert len(conn.execute("SELECT * FROM by_region").fetchone()) == 3
         # What reads the view must be replaced with it: the statement says which and why.
         conn.execute("CREATE MATERIALIZED VIEW top_region AS SELECT max(total) AS best FROM by_region")
         with pytest.raises(psycopg.errors.DependentObjectsStillExist) as e:

@@ -112,8 +112,13 @@ async def _replace_view(ctx: ExecContext, rel: RelationDef, tag: str) -> Executi
         await engine.storage.commit_async(commit)
         engine.catalog.applied(snapshot)
         staging = added[0]
-    # Fails, and removes the staging view, if the new definition cannot be computed.
-    await _hydrate(ctx, staging.name, tag, shown_name=rel.name)
+    try:
+        # Fails, and removes the staging view, if the new definition cannot be computed.
+        await _hydrate(ctx, staging.name, tag, shown_name=rel.name)
+    except BaseException:
+        # A timeout or a cancelled statement too: the old view stays, the new one must not linger.
+        await asyncio.shield(_remove_if_present(engine, staging.id))
+        raise
     async with engine.ddl_lock:
         catalog = engine.catalog.snapshot()
         current, staged = catalog.get(rel.name), catalog.by_id(staging.id)
@@ -128,6 +133,7 @@ async def _replace_view(ctx: ExecContext, rel: RelationDef, tag: str) -> Executi
                 commit, _, snapshot = engine.catalog.plan_change(remove=[staged])
                 await engine.storage.commit_async(commit)
                 engine.catalog.applied(snapshot)
+                engine.reader.forget(staged.id)
             raise
         swapped = replace(staged, name=rel.name)
         commit, _, snapshot = engine.catalog.plan_change(remove=[current], rename=[(staged, swapped)])
@@ -166,6 +172,16 @@ async def drop_pending(engine: Any, rel_ids: list[int]) -> None:
     await engine.storage.commit_async(commit)
     for rel_id in rel_ids:
         engine.reader.forget(rel_id)
+
+
+async def _remove_if_present(engine: Any, rel_id: int) -> None:
+    async with engine.ddl_lock:
+        rel = engine.catalog.snapshot().by_id(rel_id)
+        if rel is not None:
+            commit, _, snapshot = engine.catalog.plan_change(remove=[rel])
+            await engine.storage.commit_async(commit)
+            engine.catalog.applied(snapshot)
+            engine.reader.forget(rel_id)
 
 
 def _staging_name(catalog: CatalogSnapshot, name: str) -> str:
