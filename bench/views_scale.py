@@ -375,6 +375,7 @@ def run_once(label: str, streams: list[str], views: list[tuple[str, str, str | N
         snapshot = Path(args.views_snapshot).absolute() / label if args.views_snapshot else None
         reuse = snapshot is not None and snapshot.exists()  # the views were created by an earlier run
         if snapshot is not None:
+            snapshot.parent.mkdir(parents=True, exist_ok=True)
             data = snapshot.with_name(f"{label}.data")
             log = snapshot.with_name(f"{label}.log")  # kept, beside the data dir
             wait_for_jvm(data)
