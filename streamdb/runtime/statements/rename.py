@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sqlglot import exp
-
 from streamdb.catalog import RelationDef
 from streamdb.errors import (
     DuplicateTable,
@@ -63,17 +61,21 @@ async def execute(plan: RenamePlan, ctx: ExecContext) -> ExecutionResult:
 
 
 def renamed_create_sql(rel: RelationDef, new_name: str) -> str:
-    """The relation's CREATE statement naming it `new_name` (what SHOW CREATE shows); the rest of
-    the statement as it was parsed."""
-    from streamdb.sql.parser import generate, parse_one
+    """The relation's CREATE statement naming it `new_name` (what SHOW CREATE shows). Only the
+    name's token is replaced, so the rest stays as written: a view is planned again from this
+    text, and regenerating it could change how it reads (and its pipeline fingerprint)."""
+    from sqlglot.tokens import TokenType
 
+    from streamdb.sql.parser import _tokenize
+
+    quoted = new_name != new_name.lower() or not new_name.isidentifier()
+    shown = '"' + new_name.replace('"', '""') + '"' if quoted else new_name
     try:
-        stmt = parse_one(rel.create_sql)
-    except Exception:  # noqa: BLE001 - a text that is not one statement (a comment): kept as it is
+        tokens = _tokenize(rel.create_sql)
+    except Exception:  # noqa: BLE001 - a text that is not a statement (a comment): kept as it is
         return rel.create_sql
-    target = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
-    if not isinstance(target, exp.Table):
-        return rel.create_sql
-    target.set("this", exp.to_identifier(new_name, quoted=new_name != new_name.lower() or not new_name.isidentifier()))
-    target.set("db", None)
-    return generate(stmt)
+    for tok in tokens[1:]:
+        if (tok.token_type == TokenType.IDENTIFIER and tok.text == rel.name) or (
+                tok.token_type == TokenType.VAR and tok.text.lower() == rel.name):
+            return rel.create_sql[:tok.start] + shown + rel.create_sql[tok.end + 1:]
+    return rel.create_sql
