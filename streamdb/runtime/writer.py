@@ -296,12 +296,9 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
     caller holds the table's lock already (it computed `updates` under it)."""
     async with contextlib.nullcontext() if lock_held else engine.table_lock(rel.id):
         rows = len(upserts) + len(updates) + len(deletes) + len(assignments)
-        if rows < OFF_LOOP_ROWS:
+        if rows < OFF_LOOP_ROWS and extra is None:
             commit, affected = _table_changes(engine, rel, upserts, updates, deletes, assignments)
-        elif extra is not None:  # a source's batch: off the loop, and it waits for the commit anyway
-            commit, affected = await asyncio.to_thread(_table_changes, engine, rel, upserts, updates, deletes,
-                                                       assignments)
-        else:  # a bulk write (COPY into a table, say): ~10 us a row, not on the event loop
+        else:  # a bulk write (COPY into a table, say: ~10 us a row) or a source's batch: off the loop
             commit, affected = await asyncio.to_thread(_table_changes, engine, rel, upserts, updates, deletes,
                                                        assignments)
         if extra is not None:
