@@ -65,22 +65,12 @@ class MqttSource(SourceThread):
             return
 
         def end_session() -> None:
-            import paho.mqtt.client as mqtt
-            from paho.mqtt.enums import CallbackAPIVersion
-
-            client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=True,
-                                 protocol=mqtt.MQTTv311, reconnect_on_failure=False)
-            if self.username is not None:
-                client.username_pw_set(self.username, self.password)
             try:
-                if self.tls:
-                    client.tls_set()
-                client.connect(self.host, self.port, keepalive=KEEPALIVE_S)
+                client = self._client(clean_session=True)
                 connected: list[bool] = []
                 client.on_connect = lambda *_args: connected.append(True)
-                until = time.monotonic() + CONNECT_TIMEOUT_S
-                while not connected and time.monotonic() < until:
-                    client.loop(timeout=0.1)
+                client.connect(self.host, self.port, keepalive=KEEPALIVE_S)
+                self._wait(client, lambda: bool(connected), "the broker did not answer the connection")
                 self._close(client)
             except Exception as e:  # noqa: BLE001 - best effort
                 log.info("source %s: its MQTT session was not ended: %s", self.rel.name, mask_text(str(e)))
@@ -114,17 +104,21 @@ class MqttSource(SourceThread):
                 self._stop.wait(1.0)
         self._close(client)
 
-    def _connect(self) -> Any:
+    def _client(self, clean_session: bool) -> Any:
+        """An MQTT 3.1.1 client of this stream's session id, credentials and TLS, not connected."""
         import paho.mqtt.client as mqtt
         from paho.mqtt.enums import CallbackAPIVersion
 
-        persistent = self.qos > 0
-        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=not persistent,
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=clean_session,
                              protocol=mqtt.MQTTv311, manual_ack=True, reconnect_on_failure=False)
         if self.username is not None:
             client.username_pw_set(self.username, self.password)
         if self.tls:
             client.tls_set()  # the system's CAs; the broker's name is checked
+        return client
+
+    def _connect(self) -> Any:
+        client = self._client(clean_session=self.qos == 0)  # QoS 1: a persistent session
         connack: dict[str, Any] = {}
         suback: dict[str, Any] = {}
 

@@ -307,9 +307,10 @@ class PostgresCdcSource(SourceThread):
         extra = Commit(puts=[(META, source_key(self.rel.id), _json(progress))])
         # A key deleted and upserted in one batch (a row deleted and inserted again) ends upserted:
         # apply_table_changes applies deletes first.
-        upserted = {tuple(r[self.columns.index(k)] for k in self.key_columns) for r in batch.upserts}
-        deletes = [C.key_of(k) for k in dict.fromkeys(batch.deletes) if k not in upserted] + (delete_keys or [])
-        upserts = list({tuple(r[self.columns.index(k)] for k in self.key_columns): r for r in batch.upserts}.values())
+        idx = [self.columns.index(k) for k in self.key_columns]
+        latest = {tuple(r[i] for i in idx): r for r in batch.upserts}  # a key's last version in the batch
+        deletes = [C.key_of(k) for k in dict.fromkeys(batch.deletes) if k not in latest] + (delete_keys or [])
+        upserts = list(latest.values())
         loop = self.engine.loop
         assert loop is not None
         asyncio.run_coroutine_threadsafe(
