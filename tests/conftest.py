@@ -52,6 +52,9 @@ class ServerProcess:
         self.extra_env = extra_env or {}
         self.extra_args = extra_args or []
         self.proc: subprocess.Popen[bytes] | None = None
+        # Each start is a process group of its own: the Spark JVM a killed server leaves behind stays
+        # in it, so stop() can end it before the data directory is removed.
+        self.process_groups: list[int] = []
         ARTIFACTS.mkdir(exist_ok=True)
         self.log_path = ARTIFACTS / f"{name}-{self.port}.log"
 
@@ -66,8 +69,10 @@ class ServerProcess:
             [sys.executable, "-m", "streamdb.cli", "serve", "--host", self.host, "--port", str(self.port),
              "--console-port", str(self.console_port), "--data-dir", str(self.data_dir),
              "--spark-master", "local[2]", *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT),
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True,
         )
+        self.process_groups.append(self.proc.pid)
+        _STARTED.append(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -91,6 +96,7 @@ class ServerProcess:
 
     def stop(self, timeout: float = 40) -> int:
         if self.proc is None or self.proc.poll() is not None:
+            self.end_process_groups()
             return self.proc.returncode if self.proc else 0
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -99,9 +105,47 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
             raise
+        finally:
+            self.end_process_groups()
+
+    def end_process_groups(self, timeout: float = 30) -> None:
+        """Kill what is left of every start (a killed server's JVM exits on its own, but not at once)
+        and wait until it is gone, so nothing writes into a data directory being removed."""
+        deadline = time.monotonic() + timeout
+        for pgid in self.process_groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            while _live_group_members(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self.process_groups = [self.proc.pid] if self.proc is not None and self.proc.poll() is None else []
 
     def restart(self) -> None:
         self.start()
+
+
+_STARTED: list[ServerProcess] = []
+
+
+def _live_group_members(pgid: int) -> list[int]:
+    """Processes of the group that still run (a container's init may leave zombies unreaped)."""
+    members = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat_file.parent.name))
+    return members
+
+
+def pytest_sessionfinish() -> None:
+    # Servers in their own process groups do not hear an interrupted run's signals.
+    for srv in _STARTED:
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.wait()
+        srv.end_process_groups(timeout=5)
 
 
 @contextlib.contextmanager
