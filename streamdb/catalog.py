@@ -13,8 +13,8 @@ from streamdb.types import SqlType, type_from_name
 
 # Connectors and sinks are catalog objects beside the relations (their own namespaces): they
 # hold no rows and never appear where relations are listed (pg_class, SHOW TABLES, ...).
-RelationKind = Literal["stream", "table", "view", "materialized_view", "connector", "sink"]
-OBJECT_KINDS = ("connector", "sink")
+RelationKind = Literal["stream", "table", "view", "materialized_view", "connector", "sink", "function"]
+OBJECT_KINDS = ("connector", "sink", "function")
 ColumnRole = Literal["KEY", "HEADERS", "HEADER"]
 
 # Relation OIDs start where Postgres starts user objects, so tools see familiar numbers.

@@ -56,6 +56,20 @@ class UndefinedFunction(StreamDBError):
     sqlstate = "42883"
 
 
+class DuplicateFunction(StreamDBError):
+    sqlstate = "42723"
+
+
+class InvalidFunctionDefinition(StreamDBError):
+    sqlstate = "42P13"
+
+
+class ExternalRoutineException(StreamDBError):
+    """A user-defined function's own code raised (external_routine_exception)."""
+
+    sqlstate = "38000"
+
+
 class UndefinedObject(StreamDBError):
     sqlstate = "42704"
 

@@ -57,6 +57,12 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
     ("SHOW SOURCES", "SHOW SOURCES", ast.ShowObjects),
     ("SHOW SINKS", "SHOW SINKS", ast.ShowObjects),
     ("SHOW CONNECTORS", "SHOW CONNECTORS", ast.ShowObjects),
+    ("SHOW FUNCTIONS", "SHOW FUNCTIONS", ast.ShowObjects),
+    # Python functions (an argument list in DROP FUNCTION is read and not kept: no overloading)
+    ("CREATE OR REPLACE FUNCTION f(a INT, b TEXT) RETURNS INT LANGUAGE python STRICT AS $$ def f(a, b): return a $$",
+     "CREATE OR REPLACE FUNCTION f(a INT, b TEXT) RETURNS INT LANGUAGE python STRICT AS $$ def f(a, b): return a $$",
+     exp.Create),
+    ("DROP FUNCTION IF EXISTS f(int), g CASCADE", "DROP FUNCTION IF EXISTS f, g CASCADE", exp.Drop),
     ("SHOW CREATE STREAM app.s", "SHOW CREATE STREAM app.s", ast.ShowCreate),
     ("SHOW CREATE MATERIALIZED VIEW mv", "SHOW CREATE MATERIALIZED VIEW mv", ast.ShowCreate),
     ("SHOW CREATE SINK k", "SHOW CREATE SINK k", ast.ShowCreate),

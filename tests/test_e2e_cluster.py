@@ -11,12 +11,34 @@ import pytest
 from conftest import ARTIFACTS, ServerProcess
 from spark_cluster import SparkCluster
 
+RUNS_IN = """CREATE FUNCTION runs_in(x int) RETURNS text LANGUAGE python AS $$
+import os
+
+def runs_in(x):
+    pid = os.getpid()
+    for _ in range(8):  # up the process tree: a Python worker, its daemon, the JVM that started it
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if b"CoarseGrainedExecutorBackend" in cmdline.read():
+                    return "executor"
+        except (OSError, ValueError, IndexError):
+            break
+    return "driver"
+$$"""
 SETUP = [
     "CREATE TABLE users (id INT PRIMARY KEY, plan TEXT)",
     "CREATE STREAM clicks (user_id INT, page TEXT, ms INT)",
     "CREATE MATERIALIZED VIEW per_plan AS SELECT u.plan, count(*) AS views, sum(c.ms) AS total_ms, "
     "min(c.ms) AS fastest FROM clicks c JOIN users u ON u.id = c.user_id GROUP BY u.plan",
     "CREATE MATERIALIZED VIEW slow AS SELECT user_id, page, ms / 10 AS tens FROM clicks WHERE ms > 50",
+    # Python functions run in the Python workers of the tasks: on the executors on a cluster.
+    "CREATE FUNCTION shout(t text) RETURNS text LANGUAGE python AS $$ def shout(t): return t.upper() + '!' $$",
+    RUNS_IN,
+    "CREATE MATERIALIZED VIEW per_page AS SELECT shout(page) AS page, count(*) AS n FROM clicks GROUP BY shout(page)",
+    "CREATE MATERIALIZED VIEW udf_place AS SELECT runs_in(user_id) AS place, count(*) AS n FROM clicks "
+    "GROUP BY runs_in(user_id)",
     "INSERT INTO users VALUES (1, 'free'), (2, 'pro'), (3, 'free')",
     "INSERT INTO clicks VALUES " + ", ".join(f"({i % 4}, '/p{i % 3}', {i * 7 % 100})" for i in range(120)),
     "UPDATE users SET plan = 'team' WHERE id = 3",
@@ -27,6 +49,7 @@ QUERIES = {
     "per_plan": "SELECT u.plan, count(*) AS views, sum(c.ms) AS total_ms, min(c.ms) AS fastest "
                 "FROM clicks c JOIN users u ON u.id = c.user_id GROUP BY u.plan",
     "slow": "SELECT user_id, page, ms / 10 AS tens FROM clicks WHERE ms > 50",
+    "per_page": "SELECT shout(page) AS page, count(*) AS n FROM clicks GROUP BY shout(page)",
 }
 
 
@@ -39,6 +62,7 @@ def run_workload(srv: ServerProcess) -> dict[str, list[tuple]]:
             maintained = sorted(c.execute(f"SELECT * FROM {view}").fetchall())
             assert maintained == sorted(c.execute(query).fetchall()), view
             out[view] = maintained
+        out["udf_place"] = sorted(c.execute("SELECT * FROM udf_place").fetchall())
         # A large ad hoc read runs on the cluster too.
         c.execute("SET streamdb.spark_read_threshold_rows = 0")
         out["adhoc"] = sorted(c.execute(QUERIES["per_plan"]).fetchall())
@@ -121,6 +145,8 @@ def test_views_on_a_standalone_cluster_match_local_mode():
                 assert placement["executor_files"]["state_store"] > 0, placement
                 assert placement["executor_files"]["log"] > 0, placement
                 assert placement["driver_files"]["state_store"] == 0, placement
+                # The view's Python function ran in Python workers started by the executors.
+                assert cluster_answers["udf_place"] == [("executor", 120)], cluster_answers["udf_place"]
             finally:
                 on_cluster.stop()
             assert "Registering app" in (ARTIFACTS / "spark-master.log").read_text()
@@ -132,5 +158,7 @@ def test_views_on_a_standalone_cluster_match_local_mode():
             local_answers = run_workload(local)
         finally:
             local.stop()
+    assert local_answers.pop("udf_place") == [("driver", 120)]
+    cluster_answers.pop("udf_place")
     assert cluster_answers == local_answers
     assert cluster_answers["per_plan"] and cluster_answers["slow"]

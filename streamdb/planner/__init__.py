@@ -76,6 +76,10 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
                                       hint=f"Create an ordinary {kind.lower()} and drop it when you are done.")
         if kind == "TABLE":
             return create_table.plan(node, ctx, sql)
+        if kind in ("FUNCTION", "AGGREGATE"):
+            from streamdb.planner import functions
+
+            return functions.plan_create(node, ctx, sql)
         materialized = props is not None and any(
             isinstance(p, exp.MaterializedProperty) for p in props.expressions)
         if kind == "VIEW" and materialized:
@@ -168,6 +172,7 @@ SHOW_COLUMNS: dict[str, tuple[Column, ...]] = {
                 # "shared": the last epoch ran in one Spark job with other views over the same input
                 Column("spark_job", T.TEXT)),
     "CONNECTORS": _text("name", "direction", "type", "options"),
+    "FUNCTIONS": _text("name", "kind", "arguments", "returns", "language", "owner"),
     "SOURCES": (Column("name", T.TEXT), Column("connector", T.TEXT), Column("origin", T.TEXT),
                 Column("format", T.TEXT), Column("status", T.TEXT), Column("records", T.BIGINT),
                 Column("bad_records", T.BIGINT), Column("dead_letters", T.TEXT), Column("error", T.TEXT)),

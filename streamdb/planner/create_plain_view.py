@@ -92,7 +92,7 @@ def plan(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreatePlainViewPlan:
                                   hint="Give the view's columns distinct names with AS or a column list.")
         seen.add(n)
     columns = tuple(ColumnDef(n, c.type) for n, c in zip(names, q.columns, strict=True))
-    reads = {i.relation_id for i in q.inputs if i.relation_id is not None} | set(q.views)
+    reads = {i.relation_id for i in q.inputs if i.relation_id is not None} | set(q.views) | set(q.functions)
     extra: tuple[tuple[str, object], ...] = ((QUERY_SQL, body.sql(dialect="streamdb")),)
     if renamed is not None:
         extra += ((query_planner.RENAMED_COLUMNS, True),)

@@ -101,7 +101,8 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         id=0, name=name, kind="materialized_view", columns=tuple(columns),
         create_sql=sql.strip(), created_at=time.time(),
         # Plain views read are inlined into q.inputs, and depended on too: DROP VIEW must see them.
-        depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None} | set(q.views))),
+        depends_on=tuple(sorted({i.relation_id for i in q.inputs if i.relation_id is not None}
+                               | set(q.views) | set(q.functions))),
         extra=((QUERY_SQL, body.sql(dialect="streamdb")),) + ((("derived", derived),) if derived else ())
         + ((("eowc_input", eowc_input), ("eowc_column", close_column), ("eowc_offset_seconds", close_offset))
            if eowc_input is not None else ()),

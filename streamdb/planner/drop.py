@@ -32,6 +32,10 @@ def plan(stmt: exp.Drop, ctx: PlanContext) -> DropPlan | DropObjectPlan:
         return plan_object(stmt, "sink")
     if raw == "CONNECTOR":
         return plan_object(stmt, "connector")
+    if raw in ("FUNCTION", "AGGREGATE"):
+        from streamdb.planner import functions
+
+        return functions.plan_drop(stmt)
     if raw == "SOURCE":
         raw = "STREAM"  # RisingWave's CREATE SOURCE makes an external stream
     kind = _KINDS.get(raw)

@@ -580,7 +580,7 @@ def postgres_output_name(node: exp.Expression) -> str:
         return {"integer": "int4", "int": "int4", "bigint": "int8", "smallint": "int2",
                 "boolean": "bool", "character varying": "varchar"}.get(name, name)
     if isinstance(node, exp.Anonymous):
-        return node.name.lower()
+        return node.meta.get("sql_name") or node.name.lower()  # a Python function's (planner/functions.py)
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
         projections = node.this.expressions
         return postgres_output_name(projections[0]) if len(projections) == 1 else "?column?"

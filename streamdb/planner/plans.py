@@ -74,6 +74,8 @@ class QueryPlan(Plan):
     # Plain views the query read, inlined (views over views included): things built on the
     # query depend on them as well as on `inputs` (planner/create_plain_view.py).
     views: tuple[int, ...] = ()
+    # Python functions the query calls (planner/functions.py): views calling them depend on them.
+    functions: tuple[int, ...] = ()
 
     @cached_property
     def spark_sql(self) -> str:
@@ -124,6 +126,7 @@ class CreateObjectPlan(Plan):
 
     obj: RelationDef
     if_not_exists: bool = False
+    or_replace: bool = False  # CREATE OR REPLACE FUNCTION
 
     def explain(self) -> str:
         opts = ", ".join(f"{k}" for k, _ in self.obj.options)
@@ -137,6 +140,7 @@ class DropObjectPlan(Plan):
     if_exists: bool = False
     cascade: bool = False
     direction: str | None = None  # DROP SOURCE CONNECTOR / DROP SINK CONNECTOR
+    aggregate: bool = False  # DROP AGGREGATE (of a function object)
 
     def explain(self) -> str:
         return f"Drop {self.kind} {', '.join(self.names)}"

@@ -23,6 +23,7 @@ from streamdb.errors import FeatureNotSupported, StreamDBError, UndefinedColumn,
 from streamdb.planner import asof, pg_functions, privileges
 from streamdb.planner.coerce import NotALiteral, TypedValue
 from streamdb.planner.context import PlanContext
+from streamdb.planner.functions import SQL_NAME, resolve_calls
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.plans import QueryPlan, RelationInput
@@ -635,7 +636,7 @@ def postgres_column_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Count):
         return "count"
     if isinstance(node, exp.Anonymous):
-        return str(node.this).lower()
+        return node.meta.get(SQL_NAME) or str(node.this).lower()
     if isinstance(node, exp.Func):
         key = node.sql_name().lower() if hasattr(node, "sql_name") else node.key
         return {"current_timestamp": "now", "array_agg": "array_agg", "group_concat": "string_agg",
@@ -686,6 +687,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     query = ast.copy()
     expand_window_functions(query, ctx)
     views = tuple(dict.fromkeys(_inline_views(query, ctx, mode)))
+    functions = resolve_calls(query, ctx)
     resolver = _Resolver(ctx, mode)
     star_by_alias = _resolve_tables(query, resolver)
     _expand_stars(query, star_by_alias)
@@ -740,7 +742,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     return QueryPlan(duckdb_sql=duck_sql, spark_source=partial(spark_sql_for, query, inputs), inputs=inputs,
                      columns=columns,
                      param_types=param_types, resolved_source=partial(query.sql, dialect="streamdb"),
-                     lookup=point_lookup(query, inputs, param_types, ctx), views=views)
+                     lookup=point_lookup(query, inputs, param_types, ctx), views=views, functions=functions)
 
 
 _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)

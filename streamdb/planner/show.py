@@ -8,7 +8,7 @@ from streamdb.planner.names import lookup_relation, normalize, table_name
 from streamdb.planner.plans import DescribeRelationPlan, ShowCreatePlan, ShowObjectsPlan, ShowVariablePlan
 from streamdb.sql.ast import DescribeRelation, ShowCreate, ShowObjects, ShowVariable
 
-SUPPORTED = ("STREAMS", "TABLES", "ALL", "VIEWS", "MATERIALIZED VIEWS", "QUERIES", "CONNECTORS", "SOURCES",
+SUPPORTED = ("STREAMS", "TABLES", "ALL", "VIEWS", "MATERIALIZED VIEWS", "QUERIES", "CONNECTORS", "FUNCTIONS", "SOURCES",
              "SINKS")
 
 

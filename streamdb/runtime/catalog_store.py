@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from streamdb import udf
 from streamdb.catalog import OBJECT_KINDS, CatalogSnapshot, RelationDef, RoleDef
 from streamdb.storage.base import Commit, Storage
 
@@ -46,6 +47,7 @@ class CatalogStore:
         meta = json.loads(meta_raw) if meta_raw else {"next_id": 1, "version": 0, "format": FORMAT_VERSION}
         self._next_id: int = meta["next_id"]
         self._snapshot = CatalogSnapshot(meta["version"], relations, objects, roles)
+        _define_functions(self._snapshot)
 
     def snapshot(self) -> CatalogSnapshot:
         return self._snapshot
@@ -119,3 +121,11 @@ class CatalogStore:
         self._next_id = max(self._next_id, max((r.id for r in (*snapshot.relations.values(),
                                                                *snapshot.objects.values())), default=0) + 1)
         self._snapshot = snapshot
+        _define_functions(snapshot)
+
+
+def _define_functions(snapshot: CatalogSnapshot) -> None:
+    """Make the catalog's Python functions callable by the engines, before any plan stored at an
+    earlier start (a view's) calls them."""
+    for obj in snapshot.objects_of("function"):
+        udf.define(udf.FunctionDef.from_object(obj))

@@ -14,8 +14,10 @@ from contextlib import contextmanager
 
 import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
-from streamdb import errors
+from streamdb import errors, udf
+from streamdb import types as T
 
 _local = threading.local()
 # Connections are opened only once this is set: the engine clears it while Spark's JVM is
@@ -93,9 +95,34 @@ class Interruptible:
                 self._event.set()
 
 
+def _duckdb_type(t: T.SqlType) -> str:
+    return exp.DataType.build(t.spelled(), dialect="postgres").sql(dialect="duckdb")
+
+
+def _sync_functions(con: duckdb.DuckDBPyConnection) -> None:
+    """Register the Python UDFs defined since this connection last looked (udf.py)."""
+    if getattr(_local, "udf_generation", None) == udf.generation():
+        return
+    known: set[str] = getattr(_local, "udfs", set())
+    for f in udf.defined():
+        if f.registered_name in known:
+            continue
+        # "special": called with NULLs (Postgres's CALLED ON NULL INPUT); STRICT is the callable's.
+        call = udf.positional(udf.callable_for(f), udf.call_arity(f))
+        params = [_duckdb_type(t) for t in f.arg_types]
+        if f.aggregate:  # the group's rows: a list of structs
+            params = ["STRUCT(" + ", ".join(f"{udf.rows_field(i)} {t}" for i, t in enumerate(params)) + ")[]"]
+        con.create_function(f.registered_name, call, params, _duckdb_type(f.returns),  # type: ignore[call-overload]
+                            null_handling="special", exception_handling="default", side_effects=False)
+        known.add(f.registered_name)
+    _local.udfs = known
+    _local.udf_generation = udf.generation()
+
+
 @contextmanager
 def registered(tables: dict[str, pa.Table]) -> Iterator[duckdb.DuckDBPyConnection]:
     con = connection()
+    _sync_functions(con)
     for name, table in tables.items():
         con.register(name, table)
     try:
@@ -169,6 +196,8 @@ def translate_error(e: Exception) -> errors.StreamDBError:
         if (m := _INTEGER_OVERFLOW.search(msg)) is not None:  # Postgres names the result type
             return errors.NumericValueOutOfRange(f"{_PG_INTEGER_NAMES[m.group(1)]} out of range")
         return errors.NumericValueOutOfRange(_clean(text))
+    if (failed := udf.failure(msg)) is not None:
+        return failed
     if isinstance(e, duckdb.InvalidInputException):
         if "division by zero" in msg.lower():
             return errors.DivisionByZero("division by zero")

@@ -43,6 +43,7 @@ from streamdb.planner.context import SERVER_VERSION, SERVER_VERSION_NUM, Session
 from streamdb.types import SqlType
 
 PG_CATALOG_OID = 11
+PLPYTHON_LANGUAGE_OID = 13  # pg_language has no row of ours: a fixed number
 INFORMATION_SCHEMA_OID = 13000
 NAMESPACES: tuple[tuple[int, str], ...] = (
     (PG_CATALOG_OID, "pg_catalog"), (PUBLIC_SCHEMA_OID, PUBLIC_SCHEMA),
@@ -833,7 +834,19 @@ def _pg_proc(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
              "prosupport": "-", "prokind": "a" if n == "count" else "f", "proisstrict": True,
              "provolatile": "s", "proparallel": "s", "pronargs": nargs, "prorettype": ret,
              "proargtypes": [25] * nargs, "prosrc": n}
-            for i, (n, ret, nargs) in enumerate(PROCS)]
+            for i, (n, ret, nargs) in enumerate(PROCS)] + [_user_proc(cat, f) for f in cat.objects_of("function")]
+
+
+def _user_proc(cat: CatalogSnapshot, f: RelationDef) -> Row:
+    """A Python function (CREATE FUNCTION ... LANGUAGE python) as pg_proc shows it."""
+    extra = dict(f.extra)
+    returns = T.type_from_name(str(extra.get("returns", "text")))
+    return {"oid": f.oid, "proname": f.name, "pronamespace": namespace_oid(f.schema),
+            "proowner": role_oid(cat, f.owner), "prolang": PLPYTHON_LANGUAGE_OID, "procost": 100.0, "prorows": 0.0,
+            "prosupport": "-", "prokind": "f", "proisstrict": bool(extra.get("strict")), "provolatile": "v",
+            "proparallel": "u", "pronargs": len(f.columns), "prorettype": returns.oid if returns else 25,
+            "proargtypes": [c.type.oid for c in f.columns], "proargnames": [c.name for c in f.columns],
+            "prosrc": str(extra.get("body", ""))}
 
 
 def _pg_am(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:

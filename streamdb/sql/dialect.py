@@ -45,6 +45,7 @@ SHOW_OBJECT_KINDS = (
     ("SOURCES",),
     ("SINKS",),
     ("CONNECTORS",),
+    ("FUNCTIONS",),
 )
 SHOW_CREATE_KINDS = (
     ("MATERIALIZED", "VIEW"),
@@ -718,6 +719,15 @@ class StreamDB(Postgres):
                 table = self._try_watermarked_table(replace)
                 if table is not None:
                     return table
+            if not external and self._curr and self._curr.text.upper() == "AGGREGATE":
+                # CREATE AGGREGATE f(args) RETURNS t LANGUAGE python AS $$...$$ (RisingWave's form):
+                # read as CREATE FUNCTION, then marked as an aggregate.
+                self._curr.token_type = TokenType.FUNCTION
+                self._retreat(index)
+                created = self._parse_create()
+                if isinstance(created, exp.Create):
+                    created.set("kind", "AGGREGATE")
+                return created
             self._retreat(index)
             return self._parse_create()
 
@@ -1020,6 +1030,8 @@ class StreamDB(Postgres):
                 return self.expression(ast.DropRole(kind=kind, expressions=names, exists=exists or None))
             if self._match_text_seq("CONNECTOR"):
                 return self._parse_drop_connector(None)
+            if self._match_texts(("FUNCTION", "AGGREGATE")):
+                return self._parse_drop_function(self._prev.text.upper())
             if not self._match_texts(STREAMING_DROP_KINDS):
                 return self._parse_drop()
             kind = self._prev.text.upper()
@@ -1039,6 +1051,28 @@ class StreamDB(Postgres):
                     restrict=restrict or None,
                 )
             )
+
+        def _parse_drop_function(self, kind: str) -> exp.Expr:
+            """DROP { FUNCTION | AGGREGATE } [IF EXISTS] name [(argument types)], ... [CASCADE |
+            RESTRICT]. Functions are not overloaded, so an argument list is read and not kept."""
+            exists = self._parse_exists()
+
+            def one() -> exp.Expr | None:
+                name = self._parse_table_parts(schema=True)
+                if self._match(TokenType.L_PAREN):
+                    depth = 1
+                    while depth and self._curr:
+                        depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(self._curr.token_type, 0)
+                        self._advance()
+                    if depth:
+                        self.raise_error("Expected )")
+                return name
+
+            names = self._parse_csv(one)
+            cascade = self._match_text_seq("CASCADE")
+            restrict = not cascade and self._match_text_seq("RESTRICT")
+            return self.expression(exp.Drop(kind=kind, tables=names, exists=exists or None,
+                                            cascade=cascade or None, restrict=restrict or None))
 
         def _parse_drop_connector(self, direction: str | None) -> exp.Expr:
             exists = self._parse_exists()

@@ -40,6 +40,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from streamdb import types as T
+from streamdb import udf
 from streamdb.catalog import RelationDef
 from streamdb.errors import FeatureNotSupported, InternalError, StreamDBError
 from streamdb.planner import dataflow as D
@@ -104,8 +105,10 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def render(e: exp.Expression, names: dict[str, str]) -> str:
-    """Spark SQL for `e` (over a view's internal column names) with each column renamed."""
+def render(e: exp.Expression, names: dict[str, str], carry_errors: bool = True) -> str:
+    """Spark SQL for `e` (over a view's internal column names) with each column renamed.
+    `carry_errors`: Python functions return their errors with their values (see
+    `_carried_udf_calls`), for plans whose rows' errors are routed to the views' errors."""
     def fix(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column):
             target = names.get(node.name)
@@ -120,7 +123,29 @@ def render(e: exp.Expression, names: dict[str, str]) -> str:
             return c
         return node
 
-    return spark_semantics(e.copy().transform(fix)).sql(dialect="spark")
+    copied = e.copy()
+    if carry_errors:
+        copied = _carried_udf_calls(copied)
+    return spark_semantics(copied.transform(fix)).sql(dialect="spark")
+
+
+def _udf_calls(e: exp.Expression) -> list[exp.Anonymous]:
+    """Calls of Python functions (streamdb/udf.py) in `e` that are always evaluated, innermost first."""
+    return [node for node in e.walk() if isinstance(node, exp.Anonymous) and str(node.this).lower().startswith(udf.PREFIX)
+            and _always_evaluated(node)][::-1]
+
+
+def _carried_udf_calls(e: exp.Expression) -> exp.Expression:
+    """A Python function always evaluated calls its form that returns the error with the value
+    (`f_e(x).v`; `_failures` routes the row to the view's errors on `f_e(x).e`). One under a CASE
+    or a COALESCE keeps the form that raises: its error fails the pipeline, loudly."""
+    for call in _udf_calls(e):
+        carried = exp.Anonymous(this=f"{call.this}_e", expressions=[a.copy() for a in call.expressions])
+        dot = exp.Dot(this=carried, expression=exp.to_identifier("v"))
+        if call is e:
+            return dot
+        call.replace(dot)
+    return e
 
 
 def substitute(e: exp.Expression, defs: dict[str, exp.Expression]) -> exp.Expression:
@@ -868,6 +893,10 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
         message = (f"CASE WHEN typeof({src}) = 'string' THEN concat('22P02:invalid input syntax for type {name}: \"', "
                    f"CAST({src} AS STRING), '\"') ELSE '22003:{name} out of range' END")
         out.append((f"(({src}) IS NOT NULL AND ({tried}) IS NULL)", message))
+    for call in _udf_calls(e):
+        carried = render(call, names)  # sdb_udf_<id>_e(...).v
+        error = carried.removesuffix(".v") + ".e"
+        out.append((f"({error} IS NOT NULL)", f"concat('38000:', {error})"))
     for node, type_name in _overflows(e):
         left, right = render(node.this, names), render(node.expression, names)
         tried = f"{_TRY_ARITHMETIC[type(node)]}({left}, {right})"
@@ -1061,6 +1090,9 @@ class StreamingPipeline:
             log.info("pipeline %s: %d checkpoint metadata files now name this data directory", self.name, moved)
         session = self.spark.newSession()
         session.dataSource.register(log_source.LogSource)
+        from streamdb.runtime.spark import udfs
+
+        udfs.register(session, udf.defined())
         # Small micro-batches: fixed costs dominate (one shuffle partition per core is plenty).
         session.conf.set("spark.sql.adaptive.enabled", "false")
         # Spark 4.3's nested column aliasing under a generator replaced a decoded struct by the
@@ -1231,7 +1263,8 @@ class StreamingPipeline:
                 if t.name == D.PARTITION_TABLE:
                     t.set("this", exp.to_identifier(f"__p{gen}_{tag}"))
             names = {c: c for c in s.input_columns}
-            sql = render(query, names)
+            # No error routing here: a Python function's error fails the batch, loudly.
+            sql = render(query, names, carry_errors=False)
             guard = f"EXISTS (SELECT 1 FROM __all_{tag})"
             if gen == 0 and s.global_:
                 # The one partition seen for the first time: its old result is nothing, not the

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamdb import udf
 from streamdb.errors import (
     DatatypeMismatch,
     DivisionByZero,
@@ -163,6 +164,8 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
     """Map a pyspark/py4j exception to a StreamDBError (no Java stack trace in the message)."""
     if isinstance(exc, StreamDBError):
         return exc
+    if (failed := udf.failure(str(exc))) is not None:  # a Python function's own error
+        return failed
     condition: str | None = None
     sqlstate: str | None = None
     get_condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
@@ -638,6 +641,9 @@ class SparkRuntime:
             self._active += 1
         try:
             spark = root.newSession()
+            from streamdb.runtime.spark import udfs
+
+            udfs.register_used(spark, sqls)
             if sum(t.num_rows for t in tables.values()) <= SMALL_INPUT_ROWS:
                 # Small inputs (an epoch's changes): Spark's fixed costs dominate. One shuffle
                 # partition, no adaptive re-planning and no code generation measured 583 -> 386 ms
@@ -680,6 +686,9 @@ class SparkRuntime:
 
     def _run(self, root: SparkSession, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         spark = root.newSession()
+        from streamdb.runtime.spark import udfs
+
+        udfs.register_used(spark, [sql])
         for name, table in tables.items():
             if not _IDENT.match(name):
                 raise InternalError(f"invalid temp view name for Spark: {name!r}")

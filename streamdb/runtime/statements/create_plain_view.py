@@ -38,7 +38,7 @@ async def execute(plan: CreatePlainViewPlan, ctx: ExecContext) -> ExecutionResul
     rel = replace(plan.relation, owner=ctx.session.user)  # the creating role owns it
     async with engine.ddl_lock:
         catalog = engine.catalog.snapshot()
-        if any(catalog.by_id(d) is None for d in rel.depends_on):
+        if any(catalog.by_id(d) is None and catalog.object_by_id(d) is None for d in rel.depends_on):
             raise UndefinedTable(f'a relation view "{rel.name}" reads was dropped meanwhile')
         existing = catalog.get(rel.name)
         if existing is None:

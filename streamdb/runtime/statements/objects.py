@@ -7,6 +7,7 @@ from dataclasses import replace
 from streamdb.catalog import CatalogSnapshot, RelationDef
 from streamdb.errors import (
     DependentObjectsStillExist,
+    DuplicateFunction,
     DuplicateObject,
     InsufficientPrivilege,
     Notice,
@@ -19,7 +20,9 @@ from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
 
 
-def _tag(kind: str, direction: str | None) -> str:
+def _tag(kind: str, direction: str | None, aggregate: bool = False) -> str:
+    if kind == "function" and aggregate:
+        return "AGGREGATE"
     if kind == "connector":
         return f"{direction.upper()} CONNECTOR" if direction else "CONNECTOR"
     return kind.upper()
@@ -29,7 +32,7 @@ async def create(plan: CreateObjectPlan, ctx: ExecContext) -> ExecutionResult:
     engine = ctx.engine
     obj = replace(plan.obj, owner=ctx.session.user)  # the creating role owns it
     direction = dict(obj.options).get("direction")
-    tag = f"CREATE {_tag(obj.kind, direction)}"
+    tag = f"CREATE {_tag(obj.kind, direction, bool(dict(obj.extra).get('aggregate')))}"
     if obj.kind == "connector" and not engine.settings.allow_kafka_file_properties:
         refuse_file_properties(obj.options)
     from streamdb.runtime.connectors.sinks import check_object
@@ -40,12 +43,32 @@ async def create(plan: CreateObjectPlan, ctx: ExecContext) -> ExecutionResult:
 
         confined(engine.file_root(), dict(obj.options)["path"])  # nothing outside the file root
     async with engine.ddl_lock:
-        if engine.catalog.snapshot().object(obj.kind, obj.name) is not None:
+        catalog = engine.catalog.snapshot()
+        existing = catalog.object(obj.kind, obj.name)
+        replaced: list[RelationDef] = []
+        if existing is not None and plan.or_replace:
+            if not catalog.is_owner(ctx.session.user, existing):
+                raise InsufficientPrivilege(f"must be owner of {obj.kind} {obj.name}")
+            if dependents := catalog.dependents(existing.id):
+                # A view's running plan calls the old body; swapping it underneath would change
+                # rows already computed without recomputing them.
+                raise DependentObjectsStillExist(
+                    f"cannot replace {obj.kind} {obj.name} because other objects depend on it",
+                    detail="\n".join(f"{d.shown_kind.replace('_', ' ')} {d.name} depends on {obj.kind} {obj.name}"
+                                     for d in dependents),
+                    hint="Drop those objects (or the function with DROP FUNCTION ... CASCADE), then create "
+                         "them again over the new definition.")
+            replaced.append(existing)
+        elif existing is not None:
             if plan.if_not_exists:
                 return ExecutionResult(tag, notices=[Notice(f'{obj.kind} "{obj.name}" already exists, skipping',
                                                             sqlstate="42710")])
+            if obj.kind == "function":
+                raise DuplicateFunction(f"function {obj.name} already exists",
+                                        hint="Use CREATE OR REPLACE FUNCTION to change its definition; "
+                                             "functions are not overloaded.")
             raise DuplicateObject(f'{obj.kind} "{obj.name}" already exists')
-        commit, _, snapshot = engine.catalog.plan_change(add=[obj])
+        commit, _, snapshot = engine.catalog.plan_change(add=[obj], remove=replaced)
         await engine.storage.commit_async(commit)
         engine.catalog.applied(snapshot)
     engine.sync_connectors()
@@ -88,7 +111,7 @@ async def drop(plan: DropObjectPlan, ctx: ExecContext) -> ExecutionResult:
                 engine.reader.forget(r.id)
                 engine.watermarks.forget(r.id)
     engine.sync_connectors()
-    return ExecutionResult(f"DROP {_tag(plan.kind, plan.direction)}", notices=notices)
+    return ExecutionResult(f"DROP {_tag(plan.kind, plan.direction, plan.aggregate)}", notices=notices)
 
 
 def _with_dependents(catalog: CatalogSnapshot, rels: list[RelationDef]) -> list[RelationDef]:

@@ -1,0 +1,135 @@
+"""CREATE FUNCTION ... LANGUAGE python, DROP FUNCTION, and the calls of such functions in queries.
+
+A call `f(x)` of a catalog function is rewritten into `sdb_udf_<id>(CAST(x AS <declared type>))`
+(see streamdb/udf.py): DuckDB and Spark both run it under that name, the arguments have the types
+the Python code was promised, and a query's plan records which functions it calls (a view
+depends on them: DROP FUNCTION refuses while one does).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+import sqlglot
+from sqlglot import exp
+
+from streamdb import udf
+from streamdb.catalog import ColumnDef, RelationDef
+from streamdb.errors import (
+    DuplicateFunction,
+    FeatureNotSupported,
+    InsufficientPrivilege,
+    UndefinedFunction,
+)
+from streamdb.planner.columns import column_type
+from streamdb.planner.context import PlanContext
+from streamdb.planner.names import normalize, position_of
+from streamdb.planner.plans import CreateObjectPlan, DropObjectPlan
+
+KIND: Final = "function"
+SQL_NAME = "sql_name"
+
+
+def plan_create(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateObjectPlan:
+    target = stmt.this
+    if not isinstance(target, exp.UserDefinedFunction):
+        raise FeatureNotSupported("CREATE FUNCTION needs a name and an argument list: f(a integer, ...)")
+    props = {type(p): p for p in (stmt.args.get("properties") or exp.Properties(expressions=[])).expressions}
+    language = props.get(exp.LanguageProperty)
+    lang = language.this.name.lower() if language is not None else ""
+    if lang not in ("python", "plpython3u"):
+        raise FeatureNotSupported(
+            f"functions in language {lang or 'sql'} are not supported" if lang != "" else
+            "CREATE FUNCTION needs LANGUAGE python",
+            hint="CREATE FUNCTION f(a integer) RETURNS integer LANGUAGE python AS $$ def f(a): return a + 1 $$")
+    role = ctx.catalog.role(ctx.session.user)
+    if role is None or not role.superuser:
+        # As Postgres's untrusted languages: the code runs with the server's and the executors' rights.
+        raise InsufficientPrivilege("permission denied for language python",
+                                    hint="Only superusers may create Python functions: their code runs "
+                                         "inside the server and on the Spark executors.")
+    name = normalize(target.this.this if isinstance(target.this, exp.Table) else target.this)
+    _refuse_builtin_name(name)
+    returns = props.get(exp.ReturnsProperty)
+    if returns is None or not isinstance(returns.this, exp.DataType) or returns.args.get("is_table"):
+        raise FeatureNotSupported("a Python function returns one value: RETURNS <type>")
+    ret_type = udf.supported_type(column_type(returns.this, stmt), "result")
+    args: list[ColumnDef] = []
+    for i, a in enumerate(target.expressions):
+        if isinstance(a, exp.ColumnDef) and isinstance(a.args.get("kind"), exp.DataType):
+            arg_name, kind = normalize(a.this), a.args["kind"]
+        elif isinstance(a, exp.DataType):
+            arg_name, kind = f"${i + 1}", a
+        else:  # `f(int)`: sqlglot reads a lone type name as the argument's name
+            kind = exp.DataType.build(a.sql(dialect="postgres"), dialect="postgres")
+            arg_name = f"${i + 1}"
+        args.append(ColumnDef(arg_name, udf.supported_type(column_type(kind, stmt), f"argument {i + 1}")))
+    body = stmt.args.get("expression")
+    if not isinstance(body, (exp.Heredoc, exp.Literal)):
+        raise FeatureNotSupported("the function's body is Python code: AS $$ def f(...): ... $$")
+    source = body.this if isinstance(body, exp.Heredoc) else body.name
+    strict = exp.StrictProperty in props
+    aggregate = str(stmt.args.get("kind")).upper() == "AGGREGATE"
+    if aggregate and not args:
+        raise FeatureNotSupported("an aggregate takes at least one argument")
+    checked = udf.FunctionDef(0, name, tuple(a.name for a in args), tuple(a.type for a in args), ret_type,
+                              str(source), strict, aggregate)
+    udf.callable_for(checked).compile()  # raises 42P13 now, not at the first call
+    obj = RelationDef(id=0, name=name, kind=KIND, columns=tuple(args), create_sql=sql.strip(), created_at=time.time(),
+                      extra=(("returns", ret_type.spelled()), ("language", "python"), ("body", str(source)),
+                             ("strict", strict), ("aggregate", aggregate)))
+    return CreateObjectPlan(obj, if_not_exists=False, or_replace=bool(stmt.args.get("replace")))
+
+
+def _refuse_builtin_name(name: str) -> None:
+    try:
+        call = sqlglot.parse_one(f"{name}(1)", dialect="postgres")
+    except sqlglot.errors.ParseError:
+        call = None
+    if not isinstance(call, exp.Anonymous) or name in ("now", "random", "clock_timestamp", "tumble", "hop",
+                                                        "session", "every", "generate_series", "unnest"):
+        raise DuplicateFunction(f'function "{name}" is a built-in function',
+                                hint="Give the Python function another name.")
+
+
+def plan_drop(stmt: exp.Drop) -> DropObjectPlan:
+    names = tuple(normalize(t.this) for t in stmt.args.get("tables") or [] if isinstance(t, exp.Table))
+    return DropObjectPlan(kind=KIND, names=names, if_exists=bool(stmt.args.get("exists")),
+                          cascade=bool(stmt.args.get("cascade")),
+                          aggregate=str(stmt.args.get("kind")).upper() == "AGGREGATE")
+
+
+def resolve_calls(query: exp.Expression, ctx: PlanContext) -> tuple[int, ...]:
+    """Rewrite the calls of catalog functions in `query` (in place); the functions' ids."""
+    if not any(True for _ in ctx.catalog.objects_of(KIND)):
+        return ()
+    used: dict[int, None] = {}
+    for call in list(query.find_all(exp.Anonymous)):
+        this = call.this
+        name = normalize(this) if isinstance(this, exp.Identifier) else str(this).lower()
+        obj = ctx.catalog.object(KIND, name)
+        if obj is None:
+            continue
+        f = udf.FunctionDef.from_object(obj)
+        if len(call.expressions) != len(f.arg_types):
+            raise UndefinedFunction(
+                f"function {name} takes {len(f.arg_types)} argument(s), not {len(call.expressions)}",
+                position=position_of(call), hint=f"It is declared as {f.signature()}.")
+        if isinstance(call.parent, (exp.Window, exp.Filter)) or any(isinstance(a, exp.Distinct) for a in call.expressions):
+            raise FeatureNotSupported(f"the Python aggregate {name} takes no OVER, FILTER or DISTINCT" if f.aggregate
+                                      else f"{name} is not an aggregate or window function", position=position_of(call))
+        args: list[exp.Expression] = [exp.Cast(this=a.copy(), to=exp.DataType.build(t.spelled(), dialect="postgres"))
+                                      for a, t in zip(call.expressions, f.arg_types, strict=True)]
+        if f.aggregate:
+            # The group's rows as one list of structs, folded by the Python code (udf.PythonAggregate):
+            # both engines have array_agg, neither runs a Python aggregate as one.
+            fields = [exp.PropertyEQ(this=exp.to_identifier(udf.rows_field(i)), expression=a)
+                      for i, a in enumerate(args)]
+            args = [exp.ArrayAgg(this=exp.Struct(expressions=fields))]
+        resolved = exp.Anonymous(this=f.registered_name, expressions=args)
+        resolved.meta[SQL_NAME] = name  # the output column's name, as PostgreSQL gives it
+        call.replace(resolved)
+        udf.define(f)
+        used[f.id] = None
+    return tuple(used)
