@@ -162,6 +162,18 @@ def test_min_retracted_repeatedly_past_the_cache(harness: Harness) -> None:
         assert after[0][3] == "499"
 
 
+def test_a_closed_windows_group_is_dropped_by_its_expiry_record(harness: Harness) -> None:
+    """An EMIT ON WINDOW CLOSE view feeds its emitted rows back (side 1, weight 0): the group's
+    state goes, nothing is emitted; a late change starts a group of its own (the server drops it)."""
+    harness.spec([REDUCE])
+    out, keys = harness.batch([[1, 0, w, None, None, [str(v)], 1] for w in ("w1", "w2") for v in range(40)])
+    assert keys == 2 and len(out) == 2
+    out, keys = harness.batch([[1, 1, "w1", None, None, None, 0]])
+    assert out == [] and keys == 1
+    out, keys = harness.batch([[1, 0, "w1", None, None, ["7"], 1], [1, 1, "w2", None, None, None, 0]])
+    assert [(r[2], r[5][0], r[6]) for r in out] == [("w1", "1", 1)] and keys == 1
+
+
 # ---- partial aggregation before the shuffle (PartialAgg) -------------------------------------
 
 LINEAR_AGGS = [{"fn": "count_star"}, {"fn": "count", "arg": 0, "type": "long"},

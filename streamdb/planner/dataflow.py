@@ -21,7 +21,7 @@ what EXPLAIN and SHOW QUERIES show for a view maintained by recomputation. See d
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
@@ -136,14 +136,19 @@ class Reduce(Node):
     group: tuple[exp.Expression, ...] = ()
     aggs: tuple[AggCall, ...] = ()
     global_: bool = False  # no GROUP BY: one row even over no input
+    # EMIT ON WINDOW CLOSE: the view's own emitted rows (a Scan of its log, side 1), each of which
+    # ends its group's state; `expire_keys` are the group keys over that Scan's columns.
+    expire: Scan | None = None
+    expire_keys: tuple[exp.Expression, ...] = ()
 
     def inputs(self) -> tuple[Node, ...]:
-        return (self.input,)
+        return (self.input,) if self.expire is None else (self.input, self.expire)
 
     def describe(self) -> str:
         keys = ", ".join(g.sql(dialect="postgres") for g in self.group) or "()"
         aggs = ", ".join(f"{a.fn}({a.arg.sql(dialect='postgres') if a.arg is not None else '*'})" for a in self.aggs)
-        return f"Reduce by {keys}" + (f": {aggs}" if aggs else " (distinct)")
+        freed = "; a group's state is dropped once the view emitted it (its window closed)" if self.expire else ""
+        return f"Reduce by {keys}" + (f": {aggs}" if aggs else " (distinct)") + freed
 
 
 @dataclass(frozen=True, eq=False)
@@ -981,6 +986,41 @@ def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog:
 
 
 WATERMARK = "__wm"  # EMIT ON WINDOW CLOSE: the extra last column carrying the input's event time
+
+
+def with_window_expiry(dataflow: Dataflow, view_id: int, view_columns: tuple[str, ...]) -> Dataflow:
+    """An EMIT ON WINDOW CLOSE dataflow (`with_watermark`) whose top Reduce drops a group's state
+    once the view has emitted the group's row: the view's own log feeds the Reduce (side 1), each
+    row mapped back to its group key. Only when every group key is an output column reached
+    through projections alone (no HAVING: a group filtered out is never emitted, so it would never
+    be dropped); otherwise the dataflow is returned as it is and closed windows keep their state."""
+    root = dataflow.root
+    if not isinstance(root, UnionAll) or len(root.branches) != 2 or not isinstance(root.branches[0], Map):
+        return dataflow
+    rows = root.branches[0]
+    if len(view_columns) != len(rows.exprs) - 1:
+        return dataflow
+    # column name at the current node -> position among the view's columns
+    origin = {e.name: i for i, e in enumerate(rows.exprs[:-1]) if isinstance(e, exp.Column)}
+    maps: list[Map] = [rows]
+    node = rows.input
+    while isinstance(node, Map):
+        origin = {e.name: origin[c] for c, e in zip(node.columns, node.exprs, strict=True)
+                  if c in origin and isinstance(e, exp.Column)}
+        maps.append(node)
+        node = node.input
+    if not isinstance(node, Reduce) or node.global_ or not node.group or node.expire is not None:
+        return dataflow
+    positions = [origin.get(c) for c in node.columns[:len(node.group)]]
+    if any(pos is None for pos in positions):
+        return dataflow
+    scan_columns = tuple(f"__x{i}" for i in range(len(view_columns)))
+    scan = Scan(scan_columns, view_id, view_columns, True)
+    new: Node = replace(node, expire=scan, expire_keys=tuple(_col(scan_columns[pos]) for pos in positions
+                                                             if pos is not None))
+    for m in reversed(maps):
+        new = replace(m, input=new)
+    return Dataflow(replace(root, branches=(new, root.branches[1])), dataflow.names)
 
 
 def with_watermark(dataflow: Dataflow, catalog: CatalogSnapshot, relation_id: int) -> Dataflow:

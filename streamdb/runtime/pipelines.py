@@ -175,6 +175,9 @@ class PipelineManager:
             plan = query_planner.plan_query(view_query(view), PlanContext(catalog, _SYSTEM_SESSION))
             strategy = D.view_strategy(plan.resolved_sql, plan.inputs, catalog, tuple(c.name for c in view.columns),
                                        eowc=int(extra["eowc_input"]) if extra.get("eowc_input") is not None else None)
+            if strategy.dataflow is not None and extra.get("eowc_input") is not None:
+                strategy = D.ViewStrategy(D.with_window_expiry(strategy.dataflow, view.id,
+                                                               tuple(c.name for c in view.columns)))
         except StreamDBError as e:
             strategy = D.ViewStrategy(None, e.message)
         self._strategies[view.id] = (catalog.version, strategy)
@@ -269,7 +272,10 @@ class PipelineManager:
                 fp = fingerprint(df)
                 if state is None or state.fp != fp or state.depth != depth or fresh:
                     gen = 0 if state is None else state.gen + 1
-                    joins = {rid: (0,) * len(ends) if fresh else ends
+                    # A view's own log (EMIT ON WINDOW CLOSE: its emitted rows end their groups'
+                    # state) is read from now on only: what earlier generations emitted is not this
+                    # generation's to drop.
+                    joins = {rid: (0,) * len(ends) if fresh and rid != vid else ends
                              for rid in df.relations()
                              if (rel := catalog.by_id(rid)) is not None
                              for ends in [engine.reader.end_offsets(rel, snap)]}
@@ -635,6 +641,11 @@ class PipelineManager:
         for running in list(self._running.values()):
             running.pipeline.stop()
         self._running.clear()
+
+    def state_rows(self) -> dict[str, int]:
+        """Rows each pipeline keeps in Spark's state stores, as of its last progress report."""
+        return {f"depth-{r.depth}": r.pipeline.state_rows for r in self._running.values()
+                if r.pipeline.state_rows is not None}
 
     def describe(self) -> list[tuple[str, int, bool, int]]:
         """(pipeline, views, active, batches) of each pipeline, for SHOW PIPELINES-like output."""

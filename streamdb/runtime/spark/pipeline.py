@@ -206,6 +206,8 @@ class _Op:
 
 
 SEED = "seed"
+EXPIRE_SIDE = 1  # a Reduce's records that drop a group's state (Operators.EXPIRE_SIDE)
+STATE_ROWS_EVERY_SECONDS = 5.0
 
 
 @dataclass
@@ -500,6 +502,9 @@ class _Compiler:
             if joins and any(joins):
                 floor = " ".join(f"WHEN {p} THEN {j}" for p, j in enumerate(joins))
                 live = f"(__tag IS NULL AND __off >= CASE __part {floor} END)"
+            if frontier.relation_id == v.view_id:
+                # The view's own emitted rows (D.with_window_expiry): this generation's, as they come.
+                return names, f"(__rel = {v.view_id} AND {live} AND __w > 0)"
             return names, f"(__rel = {frontier.relation_id} AND ({live} OR __tag = {v.view_id}))"
         carrier = self._carrier_at(frontier, b)
         assert carrier is not None
@@ -560,6 +565,9 @@ class _Compiler:
         if isinstance(consumer, D.Join):
             for i, k in enumerate(consumer.left_keys if side == 0 else consumer.right_keys):
                 value(f"k{i}", k)
+        elif isinstance(consumer, D.Reduce) and side == EXPIRE_SIDE:
+            for i, k in enumerate(consumer.expire_keys):
+                value(f"k{i}", k)
         elif isinstance(consumer, D.Reduce):
             for i, k in enumerate(consumer.group):
                 value(f"k{i}", k)
@@ -579,6 +587,8 @@ class _Compiler:
                 value(f"k{i}", k)
             value("x0", consumer.ts)
         arm.fields["w"] = "__w" if isinstance(p.frontier, D.Scan) and b == 0 else "w"
+        if isinstance(consumer, D.Reduce) and side == EXPIRE_SIDE:
+            arm.fields["w"] = "0"  # not a change: the Combiner passes it on, the Reduce drops the group
         asts = [*p.exprs, *(substitute(e, defs) for e in _value_asts(consumer, side))]
         err = _row_errors(p.cond, asts, names)
         if err is not None:
@@ -660,6 +670,11 @@ class _Compiler:
         row = _row_json(child.columns, cols, [t for _, t in schema])
         keys = [arm.values[k] for k in sorted((k for k in arm.values if k.startswith("k")), key=lambda k: int(k[1:]))]
         key_types = [arm.types[f"k{i}"] for i in range(len(keys))]
+        expiring = isinstance(consumer, D.Reduce) and arm.side == EXPIRE_SIDE
+        if expiring:  # the group's key exactly as its changes have it: the same types, the same JSON
+            group_types = [t for _, t in self.schemas[(consumer, "group")]]
+            keys = [k if t == g else f"CAST({k} AS {g})" for k, t, g in zip(keys, key_types, group_types, strict=True)]
+            key_types = group_types
         keys = [f"(({k}) + 0.0)" if t in ("double", "float") else k for k, t in zip(keys, key_types, strict=True)]
         key_json = _key_json(keys, key_types) if keys else "''"
         arm.fields.update({"op": str(op), "side": str(arm.side), "k": key_json, "row": "NULL", "row2": "NULL",
@@ -668,6 +683,8 @@ class _Compiler:
             null_key = " OR ".join(f"({k}) IS NULL" for k in keys) or "false"
             arm.fields["k"] = f"CASE WHEN {null_key} THEN 'N{arm.side}' ELSE {key_json} END"
             arm.fields["row"] = row
+        elif expiring:
+            pass
         elif isinstance(consumer, D.Reduce):
             self.schemas[(consumer, "group")] = [(f"k{i}", t) for i, t in enumerate(key_types)]
             args = []
@@ -787,6 +804,8 @@ def _value_asts(consumer: Any, side: int) -> list[exp.Expression]:
     if isinstance(consumer, D.Join):
         return list(consumer.left_keys if side == 0 else consumer.right_keys)
     if isinstance(consumer, D.Reduce):
+        if side == EXPIRE_SIDE:
+            return list(consumer.expire_keys)
         return [*consumer.group, *(c.arg for c in consumer.aggs if c.arg is not None)]
     if isinstance(consumer, D.TopN):
         return [*consumer.partition, *(k.expr for k in consumer.order)]
@@ -1075,6 +1094,10 @@ class StreamingPipeline:
         self._sink_error: StreamDBError | None = None
         self.batches = 0
         self.last_batch_ms: float | None = None
+        # Rows in the pipeline's state stores (Spark's numRowsTotal, summed over its layers), read
+        # from the query's progress at most every STATE_ROWS_EVERY_SECONDS (a call into the JVM).
+        self.state_rows: int | None = None
+        self._state_rows_at = 0.0
         self.last_batch_rows = 0
         self._session: SparkSession | None = None
         self._reads: _SinkReads | None = None  # what the sink takes of every batch
@@ -1225,6 +1248,12 @@ class StreamingPipeline:
                 frame.unpersist()
         self.batches += 1
         self.last_batch_ms = (time.monotonic() - started) * 1000
+        if self._query is not None and time.monotonic() - self._state_rows_at >= STATE_ROWS_EVERY_SECONDS:
+            self._state_rows_at = time.monotonic()
+            progress = self._query.lastProgress
+            if progress is not None:  # its `json` text has the state operators (its attributes did not)
+                operators = json.loads(progress.json).get("stateOperators") or []
+                self.state_rows = sum(int(o.get("numRowsTotal") or 0) for o in operators)
         log.info("pipeline %s: batch %d in %.0f ms (sink: Spark job %.0f ms, %d rows; commit %.0f ms)", self.name,
                  batch_id, self.last_batch_ms, (computed - started) * 1000, self.last_batch_rows,
                  (time.monotonic() - committing) * 1000)

@@ -31,4 +31,7 @@ public interface KeyState {
   void setValue(String value);
 
   void clearValue();
+
+  /** Forgets everything the key holds. */
+  void clear();
 }

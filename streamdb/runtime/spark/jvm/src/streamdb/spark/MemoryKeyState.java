@@ -72,6 +72,14 @@ public final class MemoryKeyState implements KeyState {
     value = null;
   }
 
+  @Override
+  public void clear() {
+    m0.clear();
+    m1.clear();
+    texts.clear();
+    value = null;
+  }
+
   public boolean isEmpty() {
     return m0.isEmpty() && m1.isEmpty() && texts.isEmpty() && value == null;
   }

@@ -235,13 +235,25 @@ public final class Operators {
     }
   }
 
+  /**
+   * The side of a record telling a Reduce that its group's window has closed and was emitted (an
+   * EMIT ON WINDOW CLOSE view's own output, fed back): the group's state is dropped, with nothing
+   * emitted. A change arriving for it later (a late event) starts a group the server ignores.
+   */
+  static final int EXPIRE_SIDE = 1;
+
   static void reduce(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
     String stored = st.value();
     Partials p = stored == null ? Partials.empty(s) : Partials.parse(stored, s);
     boolean existed = stored != null && (s.global || p.n > 0);
     String[] before = existed ? outputs(s, p) : null;
+    boolean expired = false;
     while (in.hasNext()) {
       Rec r = in.next();
+      if (r.side == EXPIRE_SIDE) {
+        expired = true;
+        continue;
+      }
       if (r.side == PartialAgg.SIDE) {  // a task's changes to this group, summed before the shuffle
         p.n += r.w;
         PartialAgg.merge(s, r.a, p.p);
@@ -254,6 +266,10 @@ public final class Operators {
       for (int j = 0; j < s.aggs.size(); j++) {
         accumulate(s, j, s.aggs.get(j), p, r.arg(s.aggs.get(j).arg), r.w, st);
       }
+    }
+    if (expired) {
+      st.clear();
+      return;
     }
     p.flush();
     boolean exists = s.global || p.n > 0;

@@ -110,4 +110,12 @@ final class TwsKeyState implements KeyState {
   public void clearValue() {
     value.clear();
   }
+
+  @Override
+  public void clear() {
+    m0.clear();
+    m1.clear();
+    texts.clear();
+    value.clear();
+  }
 }
