@@ -142,7 +142,7 @@ def test_definitions_are_checked_at_create(conn, unique):
         f"CREATE FUNCTION {f}(a int) RETURNS int LANGUAGE python AS $$ def {f}(a, b, c): return a $$": "42P13",
         f"CREATE FUNCTION {f}(a int) RETURNS int LANGUAGE python AS $$ raise ValueError('no') $$": "42P13",
         f"CREATE FUNCTION {f}(a interval) RETURNS int LANGUAGE python AS $$ def {f}(a): return 1 $$": "0A000",
-        f"CREATE FUNCTION {f}(a int) RETURNS int LANGUAGE sql AS $$ SELECT a $$": "0A000",
+        f"CREATE FUNCTION {f}(a int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN a; END $$": "0A000",
         "CREATE FUNCTION upper(a text) RETURNS text LANGUAGE python AS $$ def upper(a): return a $$": "42723",
     }
     for sql, expected in cases.items():
@@ -269,3 +269,43 @@ def test_python_aggregates_ad_hoc_in_views_and_push_queries_equal_batch(server, 
                           f"$$ def create_state(): return 0 $$") == \
         ("42P13", f"the body of aggregate bad_{unique} does not define accumulate")
     assert conn.execute(f"DROP AGGREGATE {wavg} CASCADE").statusmessage == "DROP AGGREGATE"
+
+
+def test_sql_functions_are_inlined_ad_hoc_and_in_views(server, conn, unique):
+    cc, add1, add2, s = f"count_char_{unique}", f"add1_{unique}", f"add2_{unique}", f"bid_{unique}"
+    # RisingWave's Nexmark q14 declares its helper this way.
+    conn.execute(f"CREATE FUNCTION {cc}(s varchar, c varchar) RETURNS int LANGUAGE SQL AS\n"
+                 f"  $$SELECT LENGTH(s) - LENGTH(REPLACE(s, c, ''))$$")
+    conn.execute(f"CREATE FUNCTION {add1}(int) RETURNS int LANGUAGE sql AS 'SELECT $1 + 1'")
+    conn.execute(f"CREATE FUNCTION {add2}(x int) RETURNS bigint LANGUAGE sql AS $$ SELECT {add1}({add1}(x)) $$")
+    cur = conn.execute(f"SELECT {cc}('abcabc', 'c'), {cc}(NULL, 'c'), {add2}(5)")
+    assert cur.fetchone() == (2, None, 7)
+    assert [c.name for c in cur.description] == [cc, cc, add2]
+    conn.execute(f"CREATE STREAM {s} (auction INT, extra TEXT)")
+    conn.execute(f"INSERT INTO {s} SELECT i, repeat('c', i % 4) || 'x' FROM generate_series(1, 50) AS i")
+    query = f"SELECT auction, {cc}(extra, 'c') AS c_counts, {add2}(auction) AS a2 FROM {s}"
+    conn.execute(f"CREATE MATERIALIZED VIEW q14_{unique} AS {query}")
+    conn.execute(f"INSERT INTO {s} VALUES (51, NULL), (52, 'cc')")
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT * FROM q14_{unique}").fetchall()) == sorted(conn.execute(query).fetchall())
+    assert conn.execute(f"SELECT c_counts, a2 FROM q14_{unique} WHERE auction = 52").fetchone() == (2, 54)
+    assert sqlstate(conn, f"DROP FUNCTION {cc}")[0] == "2BP01"
+    assert sqlstate(conn, f"CREATE FUNCTION bad_{unique}(x int) RETURNS int LANGUAGE sql AS $$ SELECT y $$")[0] \
+        == "42703"
+    assert sqlstate(conn, f"CREATE FUNCTION bad_{unique}(x int) RETURNS int LANGUAGE sql AS "
+                          f"$$ SELECT x FROM {s} $$")[0] == "42P13"
+    conn.execute(f"CREATE FUNCTION rec_{unique}(x int) RETURNS int LANGUAGE sql AS $$ SELECT x $$")
+    conn.execute(f"CREATE OR REPLACE FUNCTION rec_{unique}(x int) RETURNS int LANGUAGE sql AS $$ SELECT rec_{unique}(x) $$")
+    assert sqlstate(conn, f"SELECT rec_{unique}(1)") == ("54001", "stack depth limit exceeded")
+    langs = {r[0]: r[4] for r in conn.execute("SHOW FUNCTIONS").fetchall()}
+    assert langs[cc] == "sql"
+    # Trusted: any role may create one.
+    user = f"sqldev_{unique}"
+    conn.execute(f"CREATE ROLE {user} LOGIN")
+    with psycopg.connect(server.dsn, user=user, autocommit=True) as c:
+        c.execute(f"CREATE FUNCTION mine_{unique}(x int) RETURNS int LANGUAGE sql AS $$ SELECT x * 2 $$")
+        assert c.execute(f"SELECT mine_{unique}(21)").fetchone() == (42,)
+        c.execute(f"DROP FUNCTION mine_{unique}")
+    conn.execute(f"DROP ROLE {user}")
+    conn.execute(f"DROP STREAM {s} CASCADE")
+    conn.execute(f"DROP FUNCTION {cc}, {add2}, {add1}, rec_{unique}")

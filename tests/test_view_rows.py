@@ -276,3 +276,26 @@ def test_state_rows_keep_their_rowtime_and_old_rows_still_read() -> None:
     # Rows a server stored before the rowtime became an integer.
     old = pickle.dumps(([2, "b"], dt.datetime(2025, 1, 1, tzinfo=UTC)), protocol=5)
     assert C.decode_state_row(old) == ((2, "b"), dt.datetime(2025, 1, 1, tzinfo=UTC))
+
+
+def test_stored_view_rows_round_trip_with_utc_times_as_integers() -> None:
+    """A view's stored row keeps exact values and types, the very time zone objects of UTC values
+    (row keys are made from reprs), and rows stored before the change still read."""
+    import pickle
+    import zoneinfo
+
+    zone = zoneinfo.ZoneInfo("UTC")
+    rows = [
+        (dt.datetime(2024, 1, 1, tzinfo=zone), dt.datetime(2024, 1, 1, 0, 0, 10, 123456, tzinfo=UTC), 17, None, "x"),
+        (dt.datetime(1900, 1, 1, tzinfo=zone), dt.datetime(2024, 1, 1), dt.date(2024, 1, 1), 1.5),
+        (dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=zone), decimal.Decimal("1.50")),
+        (dt.datetime(2024, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=2))), 3),
+        (), (None,),
+    ]
+    for row in rows:
+        back, count = C.decode_view_row(C.encode_view_row(row, 3))
+        assert (back, count) == (row, 3) and repr(back) == repr(row)
+        assert [getattr(v, "tzinfo", None) is getattr(w, "tzinfo", None) for v, w in zip(row, back, strict=True)
+                if getattr(v, "tzinfo", None) in (zone, UTC)] == [True] * sum(
+            getattr(v, "tzinfo", None) in (zone, UTC) for v in row)
+        assert C.decode_view_row(pickle.dumps((row, 2), protocol=5)) == (row, 2)  # the earlier form

@@ -20,6 +20,9 @@ from streamdb.errors import (
     DuplicateFunction,
     FeatureNotSupported,
     InsufficientPrivilege,
+    InvalidFunctionDefinition,
+    StreamDBError,
+    UndefinedColumn,
     UndefinedFunction,
 )
 from streamdb.planner.columns import column_type
@@ -29,6 +32,7 @@ from streamdb.planner.plans import CreateObjectPlan, DropObjectPlan
 
 KIND: Final = "function"
 SQL_NAME = "sql_name"
+MAX_INLINING_DEPTH = 32  # SQL functions calling SQL functions
 
 
 def plan_create(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateObjectPlan:
@@ -38,10 +42,12 @@ def plan_create(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateObjectPla
     props = {type(p): p for p in (stmt.args.get("properties") or exp.Properties(expressions=[])).expressions}
     language = props.get(exp.LanguageProperty)
     lang = language.this.name.lower() if language is not None else ""
+    if lang == "sql":
+        return _plan_create_sql(stmt, target, props, sql)
     if lang not in ("python", "plpython3u"):
         raise FeatureNotSupported(
-            f"functions in language {lang or 'sql'} are not supported" if lang != "" else
-            "CREATE FUNCTION needs LANGUAGE python",
+            f"functions in language {lang} are not supported" if lang != "" else
+            "CREATE FUNCTION needs LANGUAGE python or LANGUAGE sql",
             hint="CREATE FUNCTION f(a integer) RETURNS integer LANGUAGE python AS $$ def f(a): return a + 1 $$")
     role = ctx.catalog.role(ctx.session.user)
     if role is None or not role.superuser:
@@ -55,16 +61,8 @@ def plan_create(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateObjectPla
     if returns is None or not isinstance(returns.this, exp.DataType) or returns.args.get("is_table"):
         raise FeatureNotSupported("a Python function returns one value: RETURNS <type>")
     ret_type = udf.supported_type(column_type(returns.this, stmt), "result")
-    args: list[ColumnDef] = []
-    for i, a in enumerate(target.expressions):
-        if isinstance(a, exp.ColumnDef) and isinstance(a.args.get("kind"), exp.DataType):
-            arg_name, kind = normalize(a.this), a.args["kind"]
-        elif isinstance(a, exp.DataType):
-            arg_name, kind = f"${i + 1}", a
-        else:  # `f(int)`: sqlglot reads a lone type name as the argument's name
-            kind = exp.DataType.build(a.sql(dialect="postgres"), dialect="postgres")
-            arg_name = f"${i + 1}"
-        args.append(ColumnDef(arg_name, udf.supported_type(column_type(kind, stmt), f"argument {i + 1}")))
+    args = [ColumnDef(a.name, udf.supported_type(a.type, f"argument {i + 1}"))
+            for i, a in enumerate(_arguments(target, stmt))]
     body = stmt.args.get("expression")
     if not isinstance(body, (exp.Heredoc, exp.Literal)):
         raise FeatureNotSupported("the function's body is Python code: AS $$ def f(...): ... $$")
@@ -80,6 +78,81 @@ def plan_create(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateObjectPla
                       extra=(("returns", ret_type.spelled()), ("language", "python"), ("body", str(source)),
                              ("strict", strict), ("aggregate", aggregate)))
     return CreateObjectPlan(obj, if_not_exists=False, or_replace=bool(stmt.args.get("replace")))
+
+
+def _arguments(target: exp.UserDefinedFunction, stmt: exp.Create) -> list[ColumnDef]:
+    args: list[ColumnDef] = []
+    for i, a in enumerate(target.expressions):
+        if isinstance(a, exp.ColumnDef) and isinstance(a.args.get("kind"), exp.DataType):
+            arg_name, kind = normalize(a.this), a.args["kind"]
+        elif isinstance(a, exp.DataType):
+            arg_name, kind = f"${i + 1}", a
+        else:  # `f(int)`: sqlglot reads a lone type name as the argument's name
+            kind = exp.DataType.build(a.sql(dialect="postgres"), dialect="postgres")
+            arg_name = f"${i + 1}"
+        args.append(ColumnDef(arg_name, column_type(kind, stmt)))
+    return args
+
+
+def _plan_create_sql(stmt: exp.Create, target: exp.UserDefinedFunction, props: dict[type, exp.Expression],
+                     sql: str) -> CreateObjectPlan:
+    """LANGUAGE sql: one expression over the arguments (`AS $$ SELECT expr $$`), inlined into every
+    query that calls it, so it runs wherever the query does and needs no privilege (trusted)."""
+    from streamdb.sql.parser import parse_one
+
+    name = normalize(target.this.this if isinstance(target.this, exp.Table) else target.this)
+    _refuse_builtin_name(name)
+    if str(stmt.args.get("kind")).upper() == "AGGREGATE":
+        raise FeatureNotSupported("aggregates are written in Python: CREATE AGGREGATE ... LANGUAGE python")
+    returns = props.get(exp.ReturnsProperty)
+    if returns is None or not isinstance(returns.this, exp.DataType) or returns.args.get("is_table"):
+        raise FeatureNotSupported("a SQL function here returns one value: RETURNS <type>")
+    ret_type = column_type(returns.this, stmt)
+    args = _arguments(target, stmt)
+    body = stmt.args.get("expression")
+    source = body.this if isinstance(body, exp.Heredoc) else body.name if isinstance(body, exp.Literal) else ""
+    query = parse_one(str(source)) if str(source).strip() else None
+    if not isinstance(query, exp.Select) or len(query.expressions) != 1 or any(
+            query.args.get(k) for k in ("from_", "from", "where", "group", "having", "order", "limit", "joins")):
+        raise InvalidFunctionDefinition(
+            f"the body of SQL function {name} must be one expression: AS $$ SELECT <expression> $$",
+            hint="Queries over relations in a function body are not supported.")
+    names = {a.name for a in args}
+    for col in query.find_all(exp.Column):
+        if col.table or normalize(col.this) not in names:
+            raise UndefinedColumn(f'column "{col.sql(dialect="postgres")}" does not exist',
+                                  hint=f"The body of {name} may use its arguments: {', '.join(sorted(names)) or 'none'}.")
+    for param in query.find_all(exp.Parameter):
+        n = int(param.this.this) if isinstance(param.this, exp.Literal) else 0
+        if not 1 <= n <= len(args):
+            raise UndefinedColumn(f"there is no parameter ${n}")
+    obj = RelationDef(id=0, name=name, kind=KIND, columns=tuple(args), create_sql=sql.strip(), created_at=time.time(),
+                      extra=(("returns", ret_type.spelled()), ("language", "sql"),
+                             ("body", query.expressions[0].unalias().sql(dialect="streamdb"))))
+    return CreateObjectPlan(obj, if_not_exists=False, or_replace=bool(stmt.args.get("replace")))
+
+
+def _inlined(obj: RelationDef, call: exp.Anonymous) -> exp.Expression:
+    """A SQL function's call: its body with each argument in place, cast to the declared types."""
+    from streamdb.sql.parser import parse_one
+
+    extra = dict(obj.extra)
+    body = parse_one(f"SELECT {extra['body']}").expressions[0]
+    values = {c.name: exp.Paren(this=exp.Cast(this=a.copy(), to=exp.DataType.build(c.type.spelled(), dialect="postgres")))
+              for c, a in zip(obj.columns, call.expressions, strict=True)}
+    by_position = list(values.values())
+
+    def put(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not node.table and normalize(node.this) in values:
+            return values[normalize(node.this)].copy()
+        if isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal):
+            return by_position[int(node.this.this) - 1].copy()
+        return node
+
+    inlined = exp.Cast(this=exp.Paren(this=body.transform(put)),
+                       to=exp.DataType.build(str(extra["returns"]), dialect="postgres"))
+    inlined.meta[SQL_NAME] = obj.name
+    return inlined
 
 
 def _refuse_builtin_name(name: str) -> None:
@@ -105,11 +178,31 @@ def resolve_calls(query: exp.Expression, ctx: PlanContext) -> tuple[int, ...]:
     if not any(True for _ in ctx.catalog.objects_of(KIND)):
         return ()
     used: dict[int, None] = {}
+    for _ in range(MAX_INLINING_DEPTH):
+        if not _resolve_once(query, ctx, used):
+            return tuple(used)
+    raise StreamDBError("stack depth limit exceeded", sqlstate="54001",
+                        hint="A SQL function calls itself, directly or through others.")
+
+
+def _resolve_once(query: exp.Expression, ctx: PlanContext, used: dict[int, None]) -> bool:
+    """One pass over the calls; whether a SQL function was inlined (its body may call others)."""
+    inlined = False
     for call in list(query.find_all(exp.Anonymous)):
         this = call.this
         name = normalize(this) if isinstance(this, exp.Identifier) else str(this).lower()
         obj = ctx.catalog.object(KIND, name)
         if obj is None:
+            continue
+        if dict(obj.extra).get("language") == "sql":
+            if len(call.expressions) != len(obj.columns):
+                raise UndefinedFunction(f"function {name} takes {len(obj.columns)} argument(s), not "
+                                        f"{len(call.expressions)}", position=position_of(call))
+            if isinstance(call.parent, (exp.Window, exp.Filter)):
+                raise FeatureNotSupported(f"{name} is not an aggregate or window function", position=position_of(call))
+            call.replace(_inlined(obj, call))
+            used[obj.id] = None
+            inlined = True
             continue
         f = udf.FunctionDef.from_object(obj)
         if len(call.expressions) != len(f.arg_types):
@@ -132,4 +225,4 @@ def resolve_calls(query: exp.Expression, ctx: PlanContext) -> tuple[int, ...]:
         call.replace(resolved)
         udf.define(f)
         used[f.id] = None
-    return tuple(used)
+    return inlined

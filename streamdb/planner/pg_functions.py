@@ -568,6 +568,9 @@ def postgres_output_name(node: exp.Expression) -> str:
     """The column name Postgres gives an unaliased select-list expression (best effort)."""
     if isinstance(node, exp.Alias):
         return node.alias
+    named = (getattr(node, "_meta", None) or {}).get("sql_name")  # a user function's call (planner/functions.py)
+    if named:
+        return str(named)
     if isinstance(node, exp.Column):
         return node.name
     if isinstance(node, exp.Dot) and not isinstance(node.expression, exp.Identifier):
@@ -580,7 +583,7 @@ def postgres_output_name(node: exp.Expression) -> str:
         return {"integer": "int4", "int": "int4", "bigint": "int8", "smallint": "int2",
                 "boolean": "bool", "character varying": "varchar"}.get(name, name)
     if isinstance(node, exp.Anonymous):
-        return node.meta.get("sql_name") or node.name.lower()  # a Python function's (planner/functions.py)
+        return node.name.lower()
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
         projections = node.this.expressions
         return postgres_output_name(projections[0]) if len(projections) == 1 else "?column?"

@@ -617,6 +617,9 @@ def postgres_column_name(node: exp.Expression) -> str:
     """The name Postgres gives an output column."""
     if isinstance(node, exp.Alias):
         return normalize(node.args["alias"])
+    named = (getattr(node, "_meta", None) or {}).get(SQL_NAME)  # a function's call (planner/functions.py)
+    if named:
+        return str(named)
     if isinstance(node, exp.Column):
         return normalize(node.this) if isinstance(node.this, exp.Identifier) else "?column?"
     if isinstance(node, exp.Cast):
@@ -636,7 +639,7 @@ def postgres_column_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Count):
         return "count"
     if isinstance(node, exp.Anonymous):
-        return node.meta.get(SQL_NAME) or str(node.this).lower()
+        return str(node.this).lower()
     if isinstance(node, exp.Func):
         key = node.sql_name().lower() if hasattr(node, "sql_name") else node.key
         return {"current_timestamp": "now", "array_agg": "array_agg", "group_concat": "string_agg",

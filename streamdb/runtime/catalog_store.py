@@ -128,4 +128,5 @@ def _define_functions(snapshot: CatalogSnapshot) -> None:
     """Make the catalog's Python functions callable by the engines, before any plan stored at an
     earlier start (a view's) calls them."""
     for obj in snapshot.objects_of("function"):
-        udf.define(udf.FunctionDef.from_object(obj))
+        if dict(obj.extra).get("language") != "sql":  # SQL functions are inlined into their callers
+            udf.define(udf.FunctionDef.from_object(obj))

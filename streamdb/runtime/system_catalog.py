@@ -44,6 +44,7 @@ from streamdb.types import SqlType
 
 PG_CATALOG_OID = 11
 PLPYTHON_LANGUAGE_OID = 13  # pg_language has no row of ours: a fixed number
+SQL_LANGUAGE_OID = 14  # as in PostgreSQL
 INFORMATION_SCHEMA_OID = 13000
 NAMESPACES: tuple[tuple[int, str], ...] = (
     (PG_CATALOG_OID, "pg_catalog"), (PUBLIC_SCHEMA_OID, PUBLIC_SCHEMA),
@@ -838,11 +839,12 @@ def _pg_proc(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
 
 
 def _user_proc(cat: CatalogSnapshot, f: RelationDef) -> Row:
-    """A Python function (CREATE FUNCTION ... LANGUAGE python) as pg_proc shows it."""
+    """A user's function (CREATE FUNCTION ... LANGUAGE python | sql) as pg_proc shows it."""
     extra = dict(f.extra)
     returns = T.type_from_name(str(extra.get("returns", "text")))
     return {"oid": f.oid, "proname": f.name, "pronamespace": namespace_oid(f.schema),
-            "proowner": role_oid(cat, f.owner), "prolang": PLPYTHON_LANGUAGE_OID, "procost": 100.0, "prorows": 0.0,
+            "proowner": role_oid(cat, f.owner),
+            "prolang": SQL_LANGUAGE_OID if extra.get("language") == "sql" else PLPYTHON_LANGUAGE_OID, "procost": 100.0, "prorows": 0.0,
             "prosupport": "-", "prokind": "f", "proisstrict": bool(extra.get("strict")), "provolatile": "v",
             "proparallel": "u", "pronargs": len(f.columns), "prorettype": returns.oid if returns else 25,
             "proargtypes": [c.type.oid for c in f.columns], "proargnames": [c.name for c in f.columns],

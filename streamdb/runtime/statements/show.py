@@ -70,7 +70,8 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
     if plan.kind == "FUNCTIONS":
         rows = [(f.name, "aggregate" if dict(f.extra).get("aggregate") else "function",
                  ", ".join(f"{c.name} {c.type.spelled()}" for c in f.columns), dict(f.extra).get("returns"),
-                 "python", f.owner) for f in ctx.engine.catalog.snapshot().objects_of("function")]
+                 dict(f.extra).get("language", "python"), f.owner)
+                for f in ctx.engine.catalog.snapshot().objects_of("function")]
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind in ("CONNECTORS", "SOURCES", "SINKS"):
         rows = _connector_rows(ctx, plan.kind)
