@@ -243,3 +243,20 @@ def test_copy_into_varchar_stream_checks_length(conn, unique):
     cur = conn.execute(f"SELECT tag, n FROM {s} ORDER BY n")
     assert described(cur)[0] == ("tag", VARCHAR_OID, 3)
     assert cur.fetchall() == [("abc", 1), ("xy", 2)]
+
+
+def test_to_char_hours_as_postgres_prints_them_ad_hoc_and_in_views(conn, unique):
+    """HH is the hour of the half day (PostgreSQL: 12 at 00:07), HH24 of the day, AM/PM the
+    meridiem: the same text ad hoc and from a view (RisingWave's Nexmark q10 and q16 use 'HH:MI')."""
+    t = f"tc_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, ts TIMESTAMP)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, '2015-07-15 00:07:00'), (2, '2015-07-15 13:45:09'), (3, NULL)")
+    query = (f"SELECT id, to_char(ts, 'YYYY-MM-DD HH:MI') AS a, to_char(ts, 'HH24:MI:SS') AS b, "
+             f"to_char(ts, 'HH12 AM') AS c FROM {t}")
+    expected = [(1, "2015-07-15 12:07", "00:07:00", "12 AM"), (2, "2015-07-15 01:45", "13:45:09", "01 PM"),
+                (3, None, None, None)]
+    assert sorted(conn.execute(query).fetchall(), key=lambda r: r[0]) == expected
+    conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS {query}")
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT * FROM {t}_v").fetchall(), key=lambda r: r[0]) == expected
+    conn.execute(f"DROP TABLE {t} CASCADE")

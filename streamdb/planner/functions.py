@@ -1,9 +1,11 @@
-"""CREATE FUNCTION ... LANGUAGE python, DROP FUNCTION, and the calls of such functions in queries.
+"""CREATE FUNCTION / AGGREGATE ... LANGUAGE python | sql, DROP FUNCTION, and the calls of such
+functions in queries.
 
-A call `f(x)` of a catalog function is rewritten into `sdb_udf_<id>(CAST(x AS <declared type>))`
-(see streamdb/udf.py): DuckDB and Spark both run it under that name, the arguments have the types
-the Python code was promised, and a query's plan records which functions it calls (a view
-depends on them: DROP FUNCTION refuses while one does).
+A call `f(x)` of a Python function is rewritten into `sdb_udf_<id>(CAST(x AS <declared type>))`
+(see streamdb/udf.py): DuckDB and Spark both run it under that name, and the arguments have the
+types the Python code was promised. A SQL function's call is replaced by its body. Either way the
+query's plan records which functions it calls (a view depends on them: DROP FUNCTION refuses
+while one does).
 """
 
 from __future__ import annotations
@@ -162,8 +164,10 @@ def _refuse_builtin_name(name: str) -> None:
         call = None
     if not isinstance(call, exp.Anonymous) or name in ("now", "random", "clock_timestamp", "tumble", "hop",
                                                         "session", "every", "generate_series", "unnest"):
-        raise DuplicateFunction(f'function "{name}" is a built-in function',
-                                hint="Give the Python function another name.")
+        raise DuplicateFunction(f'function "{name}" is a built-in function', hint="Give the function another name.")
+    if name.startswith("sdb_"):  # the prefix of the server's own functions (udf.PREFIX, duckdb_functions.py)
+        raise DuplicateFunction(f'function names starting with "sdb_" are reserved: "{name}"',
+                                hint="Give the function another name.")
 
 
 def plan_drop(stmt: exp.Drop) -> DropObjectPlan:

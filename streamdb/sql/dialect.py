@@ -138,6 +138,10 @@ def _word_text(token: Token) -> str:
 
 
 class StreamDB(Postgres):
+    # to_char's patterns sqlglot's Postgres lacks: HH is the hour of the half day (01-12) as HH12,
+    # and AM/PM the meridiem (without them 'HH:MI' printed the pattern's letters or a 0-23 hour).
+    TIME_MAPPING = {**Postgres.TIME_MAPPING, "HH": "%I", "hh": "%I", "FMHH": "%-I", "AM": "%p", "PM": "%p"}
+
     class Tokenizer(Postgres.Tokenizer):
         # RESET, EXPLAIN and SHOW are statements we parse: the tokenizer must not swallow the
         # rest of the statement into one string as it does for a command.
