@@ -263,6 +263,11 @@ def test_python_aggregates_ad_hoc_in_views_and_push_queries_equal_batch(server, 
     assert not thread.is_alive()
     # The group's result before (no rows: NULL) is retracted, the new one inserted.
     assert sorted(((r[1][0], r[1][2]) for r in rows), key=str) == [("delete", None), ("insert", 1.75)]
+    # psql's \df lists it as PostgreSQL does.
+    from tests.test_e2e_tools import psql_csv
+
+    assert psql_csv(server, rf"\df {wavg}") == [["public", wavg, "double precision",
+                                                 "v double precision, w integer", "agg"]]
     assert sqlstate(conn, f"DROP AGGREGATE {wavg}")[0] == "2BP01"
     assert sqlstate(conn, f"SELECT {wavg}(price, qty) FILTER (WHERE qty > 1) FROM {t}")[0] == "0A000"
     assert sqlstate(conn, f"CREATE AGGREGATE bad_{unique}(x int) RETURNS int LANGUAGE python AS "

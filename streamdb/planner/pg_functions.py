@@ -696,10 +696,15 @@ _FUNCS: dict[str, _Handler] = {
     "pg_get_triggerdef": _NULL_TEXT,
     "pg_get_functiondef": _NULL_TEXT,
     # From the functions pg_proc lists (system_catalog.PROCS), as psql's \\df shows them.
+    # The user's functions (CREATE FUNCTION) as PostgreSQL prints them.
     "pg_get_function_result": lambda rw, args: _case(_arg(args, 0), [
-        (_lit(9000 + i), _lit(sc.format_type(ret) or "")) for i, (_, ret, _) in enumerate(sc.PROCS)], _null()),
+        *((_lit(9000 + i), _lit(sc.format_type(ret) or "")) for i, (_, ret, _) in enumerate(sc.PROCS)),
+        *((_lit(f.oid), _lit(str(dict(f.extra).get("returns", "")))) for f in rw.catalog.objects_of("function"))],
+        _null()),
     "pg_get_function_arguments": lambda rw, args: _case(_arg(args, 0), [
-        (_lit(9000 + i), _lit(", ".join(["text"] * nargs))) for i, (_, _, nargs) in enumerate(sc.PROCS)],
+        *((_lit(9000 + i), _lit(", ".join(["text"] * nargs))) for i, (_, _, nargs) in enumerate(sc.PROCS)),
+        *((_lit(f.oid), _lit(", ".join(c.type.spelled() if c.name.startswith("$") else f"{c.name} {c.type.spelled()}"
+                                       for c in f.columns))) for f in rw.catalog.objects_of("function"))],
         _null()),
     "pg_get_function_identity_arguments": _NULL_TEXT,
     "pg_get_statisticsobjdef_columns": _NULL_TEXT,

@@ -845,7 +845,8 @@ def _user_proc(cat: CatalogSnapshot, f: RelationDef) -> Row:
     return {"oid": f.oid, "proname": f.name, "pronamespace": namespace_oid(f.schema),
             "proowner": role_oid(cat, f.owner),
             "prolang": SQL_LANGUAGE_OID if extra.get("language") == "sql" else PLPYTHON_LANGUAGE_OID, "procost": 100.0, "prorows": 0.0,
-            "prosupport": "-", "prokind": "f", "proisstrict": bool(extra.get("strict")), "provolatile": "v",
+            "prosupport": "-", "prokind": "a" if extra.get("aggregate") else "f",
+            "proisstrict": bool(extra.get("strict")), "provolatile": "v",
             "proparallel": "u", "pronargs": len(f.columns), "prorettype": returns.oid if returns else 25,
             "proargtypes": [c.type.oid for c in f.columns], "proargnames": [c.name for c in f.columns],
             "prosrc": str(extra.get("body", ""))}
