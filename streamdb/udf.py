@@ -188,13 +188,6 @@ class PythonAggregate(PythonFunction):
         self._fn = fold
         return fold
 
-    def __call__(self, *args: Any) -> Any:  # one argument: the group's rows
-        fn = self.compile()
-        try:
-            return fn(args[0])
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's error (exit() too), reported as 38000
-            raise UdfFailure(f"{ERROR_MARK} {self.name}: {type(e).__name__}: {e}") from None
-
 
 def callable_for(f: FunctionDef) -> PythonFunction:
     if f.aggregate:

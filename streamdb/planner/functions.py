@@ -16,6 +16,7 @@ from typing import Final
 import sqlglot
 from sqlglot import exp
 
+from streamdb import types as T
 from streamdb import udf
 from streamdb.catalog import ColumnDef, RelationDef
 from streamdb.errors import (
@@ -57,12 +58,8 @@ def plan_create(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateObjectPla
         raise InsufficientPrivilege("permission denied for language python",
                                     hint="Only superusers may create Python functions: their code runs "
                                          "inside the server and on the Spark executors.")
-    name = normalize(target.this.this if isinstance(target.this, exp.Table) else target.this)
-    _refuse_builtin_name(name)
-    returns = props.get(exp.ReturnsProperty)
-    if returns is None or not isinstance(returns.this, exp.DataType) or returns.args.get("is_table"):
-        raise FeatureNotSupported("a Python function returns one value: RETURNS <type>")
-    ret_type = udf.supported_type(column_type(returns.this, stmt), "result")
+    name, declared = _name_and_result(stmt, target, props)
+    ret_type = udf.supported_type(declared, "result")
     args = [ColumnDef(a.name, udf.supported_type(a.type, f"argument {i + 1}"))
             for i, a in enumerate(_arguments(target, stmt))]
     body = stmt.args.get("expression")
@@ -80,6 +77,17 @@ def plan_create(stmt: exp.Create, ctx: PlanContext, sql: str) -> CreateObjectPla
                       extra=(("returns", ret_type.spelled()), ("language", "python"), ("body", str(source)),
                              ("strict", strict), ("aggregate", aggregate)))
     return CreateObjectPlan(obj, if_not_exists=False, or_replace=bool(stmt.args.get("replace")))
+
+
+def _name_and_result(stmt: exp.Create, target: exp.UserDefinedFunction,
+                     props: dict[type, exp.Expression]) -> tuple[str, T.SqlType]:
+    """The function's name (not a built-in's) and its declared result type (one value)."""
+    name = normalize(target.this.this if isinstance(target.this, exp.Table) else target.this)
+    _refuse_builtin_name(name)
+    returns = props.get(exp.ReturnsProperty)
+    if returns is None or not isinstance(returns.this, exp.DataType) or returns.args.get("is_table"):
+        raise FeatureNotSupported("a function here returns one value: RETURNS <type>")
+    return name, column_type(returns.this, stmt)
 
 
 def _arguments(target: exp.UserDefinedFunction, stmt: exp.Create) -> list[ColumnDef]:
@@ -102,14 +110,9 @@ def _plan_create_sql(stmt: exp.Create, target: exp.UserDefinedFunction, props: d
     query that calls it, so it runs wherever the query does and needs no privilege (trusted)."""
     from streamdb.sql.parser import parse_one
 
-    name = normalize(target.this.this if isinstance(target.this, exp.Table) else target.this)
-    _refuse_builtin_name(name)
     if str(stmt.args.get("kind")).upper() == "AGGREGATE":
         raise FeatureNotSupported("aggregates are written in Python: CREATE AGGREGATE ... LANGUAGE python")
-    returns = props.get(exp.ReturnsProperty)
-    if returns is None or not isinstance(returns.this, exp.DataType) or returns.args.get("is_table"):
-        raise FeatureNotSupported("a SQL function here returns one value: RETURNS <type>")
-    ret_type = column_type(returns.this, stmt)
+    name, ret_type = _name_and_result(stmt, target, props)
     args = _arguments(target, stmt)
     body = stmt.args.get("expression")
     source = body.this if isinstance(body, exp.Heredoc) else body.name if isinstance(body, exp.Literal) else ""
@@ -179,7 +182,7 @@ def plan_drop(stmt: exp.Drop) -> DropObjectPlan:
 
 def resolve_calls(query: exp.Expression, ctx: PlanContext) -> tuple[int, ...]:
     """Rewrite the calls of catalog functions in `query` (in place); the functions' ids."""
-    if not any(True for _ in ctx.catalog.objects_of(KIND)):
+    if not any(o.kind == KIND for o in ctx.catalog.objects.values()):  # every query is planned through here
         return ()
     used: dict[int, None] = {}
     for _ in range(MAX_INLINING_DEPTH):
