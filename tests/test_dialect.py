@@ -112,6 +112,10 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
         "SELECT a, COUNT(*) FROM s GROUP BY a EMIT CHANGES",
         ast.EmitChanges,
     ),
+    ("SELECT * FROM s EMIT CHANGES WITH (snapshot = false)", "SELECT * FROM s EMIT CHANGES WITH (snapshot = FALSE)",
+     ast.EmitChanges),
+    ("select a from s emit changes with (SNAPSHOT = true)", "SELECT a FROM s EMIT CHANGES WITH (snapshot = TRUE)",
+     ast.EmitChanges),
     # Transactions
     ("BEGIN", "BEGIN", ast.TransactionControl),
     ("BEGIN WORK", "BEGIN", ast.TransactionControl),
@@ -149,6 +153,11 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
         ast.CopyStatement,
     ),
     ("COPY (SELECT * FROM s EMIT CHANGES) TO STDOUT", "COPY (SELECT * FROM s EMIT CHANGES) TO STDOUT", ast.CopyStatement),
+    (
+        "COPY (SELECT * FROM s EMIT CHANGES WITH (snapshot = false)) TO STDOUT",
+        "COPY (SELECT * FROM s EMIT CHANGES WITH (snapshot = FALSE)) TO STDOUT",
+        ast.CopyStatement,
+    ),
     ("COPY t FROM '/tmp/t.csv' CSV", "COPY t FROM '/tmp/t.csv' WITH (FORMAT csv)", ast.CopyStatement),
     ("COPY t TO PROGRAM 'gzip'", "COPY t TO PROGRAM 'gzip'", ast.CopyStatement),
     # Standard Postgres statements keep sqlglot's nodes.
@@ -365,6 +374,9 @@ def test_emit_changes_wraps_the_query() -> None:
     assert tree.this.args["from_"].this.alias == ""  # EMIT is not taken as a table alias
     copy = parse_one("COPY (SELECT * FROM s EMIT CHANGES) TO STDOUT")
     assert isinstance(copy, ast.CopyStatement) and isinstance(copy.this, ast.EmitChanges)
+    declared = parse_one("DECLARE c CURSOR FOR SELECT a FROM s EMIT CHANGES WITH (snapshot = false)")
+    assert isinstance(declared, ast.DeclareCursor) and isinstance(declared.expression, ast.EmitChanges)
+    assert [p.name for p in declared.expression.args["properties"]] == ["snapshot"]
 
 
 def test_explain_shape() -> None:
@@ -543,6 +555,11 @@ def test_append_only_table_round_trip() -> None:
         ("SUBSCRIBE (SELECT a FROM t WHERE a > 1)", "SUBSCRIBE TO (SELECT a FROM t WHERE a > 1)"),
         ("DECLARE c CURSOR FOR SUBSCRIBE TO counts", "DECLARE c CURSOR FOR SUBSCRIBE TO counts"),
         ("DECLARE c CURSOR FOR SELECT 1", "DECLARE c CURSOR FOR SELECT 1"),
+        ("DECLARE c CURSOR FOR SELECT a FROM s EMIT CHANGES", "DECLARE c CURSOR FOR SELECT a FROM s EMIT CHANGES"),
+        (
+            "DECLARE c CURSOR FOR SELECT a FROM s EMIT CHANGES WITH (snapshot = false)",
+            "DECLARE c CURSOR FOR SELECT a FROM s EMIT CHANGES WITH (snapshot = FALSE)",
+        ),
         ("FETCH 100 c WITH (timeout = '1s')", "FETCH 100 c WITH (timeout = '1s')"),
         ("FETCH ALL FROM c", "FETCH ALL c"),
         ("FETCH c", "FETCH c"),

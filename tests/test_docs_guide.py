@@ -199,7 +199,8 @@ class PushQuery:
         with ctx.server.connect() as conn:
             before = len(_push_queries(conn))
             self.thread.start()
-            # Changes written before the push query is registered are not pushed: wait for it.
+            # Wait until it has sent its snapshot (the current result): the next block's writes
+            # then come as changes after it.
             deadline = time.monotonic() + RETRY_SECONDS
             while len(_push_queries(conn)) <= before or any(
                     str(q[2]).startswith("starting") for q in _push_queries(conn)):

@@ -228,7 +228,7 @@ def test_console_in_chromium_queries_pushes_and_charts(server, conn, unique, pag
                            arg=[view_card])
     rows_path_before = page.get_attribute(f"{stream_card} path.rows", "d")
 
-    # A push query: the page shows new rows as events arrive.
+    # A push query: the page shows the current rows (the snapshot), then new rows as events arrive.
     before = len(push_queries(conn))
     page.fill("#sql", f"SELECT item, amount FROM {s} WHERE amount > 1 EMIT CHANGES")
     page.click("#run")
@@ -236,9 +236,10 @@ def test_console_in_chromium_queries_pushes_and_charts(server, conn, unique, pag
     wait_subscribed(conn, before)
     page.wait_for_selector('.chart[data-name^="push query"]')  # running queries are charted too
     conn.execute(f"INSERT INTO {s} VALUES ('apple', 4), ('plum', 1), ('kiwi', 7)")
-    page.wait_for_function("() => document.querySelectorAll('#push-result tbody tr').length >= 2")
+    page.wait_for_function("() => document.querySelectorAll('#push-result tbody tr').length >= 4")
     pushed = table_rows(page, "#push-result")
-    assert sorted((r[0], r[2], r[3]) for r in pushed) == [("insert", "apple", "4"), ("insert", "kiwi", "7")]
+    assert sorted((r[0], r[2], r[3]) for r in pushed) == [
+        ("insert", "apple", "3"), ("insert", "apple", "4"), ("insert", "kiwi", "7"), ("insert", "pear", "5")]
     assert all(r[1].startswith("20") for r in pushed)  # each change carries its time
 
     # The charts follow: the stream's row counter and line, the view's rows (3 items now).

@@ -187,13 +187,14 @@ def test_push_query_over_plain_view_sees_new_rows(server: ServerProcess, conn: p
     events, hot = f"pevents_{unique}", f"hot_{unique}"
     conn.execute(f"CREATE STREAM {events} (sensor TEXT, temp INT)")
     conn.execute(f"CREATE VIEW {hot} AS SELECT sensor, temp * 10 AS deci FROM {events} WHERE temp > 30")
-    conn.execute(f"INSERT INTO {events} VALUES ('a', 40)")  # before the push query: not pushed
-    t, rows = start_push(server, conn, f"SELECT * FROM {hot} EMIT CHANGES", 2)
+    conn.execute(f"INSERT INTO {events} VALUES ('a', 40)")  # before the push query: its snapshot
+    t, rows = start_push(server, conn, f"SELECT * FROM {hot} EMIT CHANGES", 3)
     conn.execute(f"INSERT INTO {events} VALUES ('b', 35), ('c', 20)")
     conn.execute(f"INSERT INTO {events} VALUES ('d', 31)")
     t.join(60)
     assert not t.is_alive()
-    assert sorted((r[1][0], *r[1][2:]) for r in rows) == [("insert", "b", 350), ("insert", "d", 310)]
+    assert (rows[0][1][0], *rows[0][1][2:]) == ("insert", "a", 400)
+    assert sorted((r[1][0], *r[1][2:]) for r in rows[1:]) == [("insert", "b", 350), ("insert", "d", 310)]
 
 
 def test_or_replace_and_if_not_exists(conn: psycopg.Connection, unique: str) -> None:

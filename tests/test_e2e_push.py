@@ -1,4 +1,5 @@
-"""Push queries (EMIT CHANGES) with real clients: rows arrive while the query runs; cancel ends it."""
+"""Push queries (EMIT CHANGES) with real clients: the current result first (the snapshot), then rows
+arrive while the query runs; cancel ends it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 
 def consume(server, sql: str, want: int, out: list, started: threading.Event) -> None:
@@ -28,7 +30,8 @@ def push_queries(conn) -> list[tuple]:
 
 
 def wait_subscribed(conn, before: int) -> None:
-    """Writes made before the push query is registered are not pushed: wait until it is."""
+    """Wait until the push query has taken its starting point (the snapshot, or with snapshot =
+    false the result it diffs against): writes made after that come as changes of their own."""
     deadline = time.monotonic() + 60
     while len(push_queries(conn)) <= before:
         assert time.monotonic() < deadline, "push query never registered"
@@ -52,34 +55,158 @@ def start_push(server, conn, sql: str, want: int) -> tuple[threading.Thread, lis
     return thread, rows
 
 
+def push_changes(server, conn, sql: str, want: int, *writes: str) -> list[tuple]:
+    """Run a push query until `want` changes came, making `writes` once it has started; the
+    changes as (op, *columns), in arrival order."""
+    thread, rows = start_push(server, conn, sql, want)
+    for write in writes:
+        conn.execute(write)
+    thread.join(60)
+    assert not thread.is_alive()
+    return [(r[1][0], *r[1][2:]) for r in rows]
+
+
 def test_push_query_filter_over_schemaless_stream(server, conn, unique):
     s = f"pdemo_{unique}"
     conn.execute(f'CREATE STREAM {s} WITH (FORMAT = "JSON")')
-    conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (20, 10)")  # before: not pushed
-    t, rows = start_push(server, conn, f"SELECT * FROM {s} WHERE humidity > 70 EMIT CHANGES", 2)
+    # Before the query: one event the filter drops, one in the snapshot.
+    conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (20, 10), (21, 75)")
+    t, rows = start_push(server, conn, f"SELECT * FROM {s} WHERE humidity > 70 EMIT CHANGES", 3)
     conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (22, 80), (25, 65)")
     conn.execute(f"INSERT INTO {s} (temperature, humidity) VALUES (19, 91)")
     t.join(60)
     assert not t.is_alive()
-    assert sorted(r[1][0:1] + r[1][2:] for r in rows) == [("insert", 19, 91), ("insert", 22, 80)]
+    assert rows[0][1][0:1] + rows[0][1][2:] == ("insert", 21, 75)
+    assert sorted(r[1][0:1] + r[1][2:] for r in rows[1:]) == [("insert", 19, 91), ("insert", 22, 80)]
     assert all(r[1][1] is not None for r in rows)  # each change carries its time
     # The connection that ran the push query was cancelled; a new query works right away.
-    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (4,)
+    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (5,)
 
 
 def test_push_query_aggregate_over_table_sends_retractions(server, conn, unique):
     t_name = f"ptab_{unique}"
     conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, plan TEXT)")
+    conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free'), (2, 'pro')")
     th, rows = start_push(server, conn,
                           f"SELECT plan, count(*) AS n FROM {t_name} GROUP BY plan EMIT CHANGES", 5)
-    conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free'), (2, 'pro')")
-    time.sleep(1.5)
+    # The snapshot: the current groups, as inserts.
+    snapshot_deadline = time.monotonic() + 30
+    while len(rows) < 2 and time.monotonic() < snapshot_deadline:
+        time.sleep(0.1)
+    assert sorted((r[1][0], r[1][2], r[1][3]) for r in rows) == [("insert", "free", 1), ("insert", "pro", 1)]
     conn.execute(f"UPDATE {t_name} SET plan = 'pro' WHERE id = 1")
     th.join(60)
     assert not th.is_alive()
-    changes = sorted((r[1][0], r[1][2], r[1][3]) for r in rows)
-    assert changes == sorted([("insert", "free", 1), ("insert", "pro", 1),
-                              ("delete", "free", 1), ("delete", "pro", 1), ("insert", "pro", 2)])
+    changes = sorted((r[1][0], r[1][2], r[1][3]) for r in rows[2:])
+    assert changes == [("delete", "free", 1), ("delete", "pro", 1), ("insert", "pro", 2)]
+
+
+def wait_rows(rows: list, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(rows) < n:
+        assert time.monotonic() < deadline, f"{len(rows)} of {n} changes arrived: {rows}"
+        time.sleep(0.05)
+
+
+def fetch_snapshot_then_changes(c, conn, t_name: str) -> None:
+    """From cursor `cur` over the plan counts of `t_name` (rows 1 free, 2 pro, 3 free): the
+    snapshot as inserts, then the changes that moving row 3 to pro makes."""
+    snapshot = c.execute("FETCH ALL cur WITH (timeout = '30s')").fetchall()
+    assert sorted((r[0], r[2], r[3]) for r in snapshot) == [("insert", "free", 2), ("insert", "pro", 1)]
+    conn.execute(f"UPDATE {t_name} SET plan = 'pro' WHERE id = 3")
+    changes: list = []
+    deadline = time.monotonic() + 30
+    while len(changes) < 4 and time.monotonic() < deadline:
+        changes += c.execute("FETCH 100 cur WITH (timeout = '1s')").fetchall()
+    assert sorted((r[0], r[2], r[3]) for r in changes) == sorted([
+        ("delete", "free", 2), ("insert", "free", 1), ("delete", "pro", 1), ("insert", "pro", 2)])
+
+
+def test_push_query_over_a_global_count_sends_its_current_value_first(server, conn, unique):
+    """Issue 14: `SELECT count(*) ... EMIT CHANGES` sent `delete 0` as its first change without
+    ever having sent `insert 0`; now it sends the current count, then its changes."""
+    t_name = f"pcount_{unique}"
+    conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, v TEXT)")
+    conn.execute(f"INSERT INTO {t_name} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    th, rows = start_push(server, conn, f"SELECT count(*) AS n FROM {t_name} EMIT CHANGES", 3)
+    wait_rows(rows, 1)
+    assert [(r[1][0], r[1][2]) for r in rows] == [("insert", 3)]
+    conn.execute(f"INSERT INTO {t_name} VALUES (4, 'd')")
+    th.join(60)
+    assert not th.is_alive()
+    assert sorted((r[1][0], r[1][2]) for r in rows[1:]) == [("delete", 3), ("insert", 4)]
+
+
+def test_push_query_over_a_stream_sends_the_existing_events_then_new_ones(server, conn, unique):
+    s = f"pstream_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT, b TEXT)")
+    conn.execute(f"INSERT INTO {s} VALUES (1, 'x'), (2, 'y')")
+    th, rows = start_push(server, conn, f"SELECT a, b FROM {s} EMIT CHANGES", 4)
+    wait_rows(rows, 2)
+    assert sorted(r[1][0:1] + r[1][2:] for r in rows) == [("insert", 1, "x"), ("insert", 2, "y")]
+    conn.execute(f"INSERT INTO {s} VALUES (3, 'z'), (1, 'x')")  # a duplicate event is an event too
+    th.join(60)
+    assert not th.is_alive()
+    assert sorted(r[1][0:1] + r[1][2:] for r in rows[2:]) == [("insert", 1, "x"), ("insert", 3, "z")]
+
+
+def test_push_query_without_snapshot_sends_only_new_changes(server, conn, unique):
+    s, t_name = f"pnosnap_{unique}", f"pnosnapt_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT)")
+    conn.execute(f"INSERT INTO {s} VALUES (1), (2)")
+    assert push_changes(server, conn, f"SELECT a FROM {s} EMIT CHANGES WITH (snapshot = false)", 1,
+                        f"INSERT INTO {s} VALUES (3)") == [("insert", 3)]
+    # An aggregate diffs against its result when the query began, which it does not send.
+    conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY)")
+    conn.execute(f"INSERT INTO {t_name} VALUES (1), (2)")
+    assert sorted(push_changes(server, conn, f"SELECT count(*) AS n FROM {t_name} EMIT CHANGES WITH (snapshot = false)",
+                               2, f"INSERT INTO {t_name} VALUES (3)")) == [("delete", 2), ("insert", 3)]
+
+
+def test_copy_and_cursor_push_queries_send_the_snapshot(server, conn, unique):
+    t_name = f"pforms_{unique}"
+    conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, plan TEXT)")
+    conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free'), (2, 'pro'), (3, 'free')")
+    query = f"SELECT plan, count(*) AS n FROM {t_name} GROUP BY plan EMIT CHANGES"
+    # COPY (...) TO STDOUT: one line per change, the snapshot's first.
+    lines: list[str] = []
+    with server.connect() as c, c.cursor() as cur:
+        with pytest.raises(psycopg.errors.QueryCanceled), cur.copy(f"COPY ({query}) TO STDOUT") as copy:
+            for data in copy:
+                lines += bytes(data).decode().splitlines()
+                if len(lines) == 2:
+                    c.cancel()  # a push query runs until cancelled
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    assert sorted((f[0], f[2], f[3]) for f in (line.split("\t") for line in lines)) == [
+        ("insert", "free", "2"), ("insert", "pro", "1")]
+    # DECLARE ... CURSOR FOR <query> EMIT CHANGES, then FETCH: the snapshot, then the changes.
+    with server.connect() as c:
+        c.execute("BEGIN")
+        c.execute(f"DECLARE cur CURSOR FOR {query}")
+        fetch_snapshot_then_changes(c, conn, t_name)
+        c.execute("CLOSE cur")
+        # WITH (snapshot = false) in a cursor: nothing until a change.
+        c.execute(f"DECLARE quiet CURSOR FOR {query} WITH (snapshot = false)")
+        assert c.execute("FETCH ALL quiet WITH (timeout = '2s')").fetchall() == []
+        c.execute("COMMIT")
+    assert not push_queries(conn)
+
+
+def test_an_unknown_push_query_option_is_refused(server, conn, unique):
+    s = f"popt_{unique}"
+    conn.execute(f"CREATE STREAM {s} (a INT)")
+    for sql in (f"SELECT a FROM {s} EMIT CHANGES WITH (snapshot = false, nosuch = 1)",
+                f"COPY (SELECT a FROM {s} EMIT CHANGES WITH (nosuch = 1)) TO STDOUT"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as info:
+            conn.execute(sql)
+        assert info.value.sqlstate == "22023"
+        assert info.value.diag.message_primary == 'unrecognized EMIT CHANGES option "nosuch"'
+        assert info.value.diag.message_hint == "valid options are: snapshot"
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection goes on
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="requires a Boolean value"):
+        conn.execute(f"SELECT a FROM {s} EMIT CHANGES WITH (snapshot = 'maybe')")
+    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (0,)
+    assert not push_queries(conn)
 
 
 def test_push_query_cancel_frees_the_subscription(server, conn, unique):
@@ -109,20 +236,12 @@ def test_subscribe_with_cursor_and_fetch(server, conn, unique):
     conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free'), (2, 'pro'), (3, 'free')")
     conn.execute(f"CREATE MATERIALIZED VIEW {view} AS SELECT plan, count(*) AS n FROM {t_name} GROUP BY plan")
     with server.connect() as c:
-        with __import__("pytest").raises(psycopg.errors.NoActiveSqlTransaction):
+        with pytest.raises(psycopg.errors.NoActiveSqlTransaction):
             c.execute(f"DECLARE early CURSOR FOR SUBSCRIBE TO {view}")
         c.execute("BEGIN")
         c.execute(f"DECLARE cur CURSOR FOR SUBSCRIBE TO {view}")
         # SUBSCRIBE starts with the current result, as inserts.
-        snapshot = c.execute("FETCH ALL cur WITH (timeout = '30s')").fetchall()
-        assert sorted((r[0], r[2], r[3]) for r in snapshot) == [("insert", "free", 2), ("insert", "pro", 1)]
-        conn.execute(f"UPDATE {t_name} SET plan = 'pro' WHERE id = 3")
-        changes: list = []
-        deadline = time.monotonic() + 30
-        while len(changes) < 4 and time.monotonic() < deadline:
-            changes += c.execute("FETCH 100 cur WITH (timeout = '1s')").fetchall()
-        assert sorted((r[0], r[2], r[3]) for r in changes) == sorted([
-            ("delete", "free", 2), ("insert", "free", 1), ("delete", "pro", 1), ("insert", "pro", 2)])
+        fetch_snapshot_then_changes(c, conn, t_name)
         assert c.execute("FETCH 10 cur WITH (timeout = '100ms')").fetchall() == []
         c.execute("CLOSE cur")
         # A cursor over an ordinary query reads its rows in pieces.
@@ -130,7 +249,7 @@ def test_subscribe_with_cursor_and_fetch(server, conn, unique):
         assert c.execute("FETCH 2 q").fetchall() == [(1,), (2,)]
         assert c.execute("FETCH ALL q").fetchall() == [(3,)]
         c.execute("COMMIT")
-        with __import__("pytest").raises(psycopg.errors.InvalidCursorName):
+        with pytest.raises(psycopg.errors.InvalidCursorName):
             c.execute("FETCH q")
     assert not push_queries(conn)  # COMMIT and CLOSE released the subscription
 
@@ -139,11 +258,8 @@ def test_subscribe_streams_rows_to_the_client(server, conn, unique):
     s = f"subs_{unique}"
     conn.execute(f"CREATE STREAM {s} (a INT)")
     conn.execute(f"INSERT INTO {s} VALUES (1)")
-    th, rows = start_push(server, conn, f"SUBSCRIBE TO {s}", 2)
-    conn.execute(f"INSERT INTO {s} VALUES (2)")
-    th.join(60)
-    assert not th.is_alive()
-    assert sorted((r[1][0], r[1][2]) for r in rows) == [("insert", 1), ("insert", 2)]
+    assert sorted(push_changes(server, conn, f"SUBSCRIBE TO {s}", 2, f"INSERT INTO {s} VALUES (2)")) == [
+        ("insert", 1), ("insert", 2)]
 
 
 def test_copy_push_query_to_stdout_with_psql(server, conn, unique):
@@ -153,6 +269,7 @@ def test_copy_push_query_to_stdout_with_psql(server, conn, unique):
 
     s = f"pcopy_{unique}"
     conn.execute(f"CREATE STREAM {s} (a INT, b TEXT)")
+    conn.execute(f"INSERT INTO {s} VALUES (5, 'old')")  # the snapshot
     before = len(push_queries(conn))
     psql = subprocess.Popen(
         # stdbuf: psql writes COPY data through stdio, which a pipe would otherwise block-buffer.
@@ -164,14 +281,13 @@ def test_copy_push_query_to_stdout_with_psql(server, conn, unique):
         conn.execute(f"INSERT INTO {s} VALUES (1, 'no'), (2, 'two'), (3, 'th\tree')")
         received = b""
         deadline = time.monotonic() + 60
-        while received.count(b"\n") < 2 and time.monotonic() < deadline:
+        while received.count(b"\n") < 3 and time.monotonic() < deadline:
             ready, _, _ = select.select([psql.stdout], [], [], 1.0)
             if ready:
                 received += os.read(psql.stdout.fileno(), 65536)
-        lines = received.splitlines(keepends=True)
-        ops = sorted(line.decode().rstrip("\n").split("\t", 1)[0] + " " + line.decode().rstrip("\n").split("\t", 2)[2]
-                     for line in lines)
-        assert ops == ["insert 2\ttwo", "insert 3\tth\\tree"]
+        ops = [line.split("\t", 1)[0] + " " + line.split("\t", 2)[2] for line in received.decode().splitlines()]
+        assert ops[0] == "insert 5\told"
+        assert sorted(ops[1:]) == ["insert 2\ttwo", "insert 3\tth\\tree"]
     finally:
         psql.terminate()
         psql.wait(30)
@@ -212,7 +328,7 @@ def test_a_stalled_subscriber_gets_a_clear_error_not_unbounded_memory(tmp_path):
                                 for i in range(25_000):
                                     cp.write(f"{i}\t{pad}\n")
                         writer.execute("FLUSH")
-                        with __import__("pytest").raises(psycopg.Error) as info:
+                        with pytest.raises(psycopg.Error) as info:
                             for _ in stream:
                                 pass
                         assert info.value.sqlstate == "53000"

@@ -121,7 +121,7 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
         target = node.this
         return FlushPlan(target.name if isinstance(target, exp.Expression) else None)
     if isinstance(node, S.EmitChanges):
-        return subscribe.plan(node.this, ctx)
+        return subscribe.plan_emit_changes(node, ctx)
     if isinstance(node, S.Subscribe):
         return subscribe.plan_subscribe(node, ctx)
     if isinstance(node, S.DeclareCursor):
@@ -215,6 +215,7 @@ def describe(node: exp.Expression, ctx: PlanContext,
         return q.param_types, q.columns
     if isinstance(node, S.EmitChanges) and (declared or query_planner.parameter_count(node)):
         # A push query's parameters are typed by its query (`WHERE seq >= $1`), not as text.
+        subscribe.snapshot_option(node, "EMIT CHANGES")  # bad options fail at Parse, as without parameters
         q = query_planner.plan_query(node.this, ctx, declared_params=declared)
         return q.param_types, (*subscribe.CHANGE_COLUMNS, *q.columns)
     n = query_planner.parameter_count(node)

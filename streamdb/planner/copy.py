@@ -86,7 +86,7 @@ def plan(stmt: CopyStatement, ctx: PlanContext) -> CopyFromPlan | CopyToPlan:
         if isinstance(target, (S.EmitChanges, S.Subscribe)):
             from streamdb.planner import subscribe
 
-            sub = subscribe.plan(target.this, ctx) if isinstance(target, S.EmitChanges) \
+            sub = subscribe.plan_emit_changes(target, ctx) if isinstance(target, S.EmitChanges) \
                 else subscribe.plan_subscribe(target, ctx)
             return CopyToPlan(sub.query, opts["format"], opts["delimiter"], opts["null"], opts["header"],
                               subscribe=sub)

@@ -1,4 +1,4 @@
-"""Push queries: `<query> EMIT CHANGES`."""
+"""Push queries: `<query> EMIT CHANGES`, SUBSCRIBE, and cursors over them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from streamdb.planner.options import property_values
 from streamdb.planner.plans import FetchPlan, SubscribePlan
 from streamdb.runtime.api import Column
 from streamdb.sql import ast as S
+from streamdb.sql.dialect import FALSE_WORDS, TRUE_WORDS
 
 CHANGE_COLUMNS = (Column("op", T.TEXT), Column("rowtime", T.TIMESTAMPTZ))
 
@@ -22,17 +23,33 @@ CHANGE_COLUMNS = (Column("op", T.TEXT), Column("rowtime", T.TIMESTAMPTZ))
 def plan_subscribe(stmt: S.Subscribe, ctx: PlanContext) -> SubscribePlan:
     """SUBSCRIBE [TO] name | (query) [WITH (snapshot = true|false)]: the current result first
     (unless snapshot = false), then every change."""
+    snapshot = snapshot_option(stmt, "SUBSCRIBE")
+    target = stmt.this
+    query = exp.select("*").from_(target.copy()) if isinstance(target, exp.Table) else target
+    return plan(query, ctx, snapshot=snapshot)
+
+
+def plan_emit_changes(stmt: S.EmitChanges, ctx: PlanContext) -> SubscribePlan:
+    """<query> EMIT CHANGES [WITH (snapshot = true|false)]: as SUBSCRIBE, the current result
+    first unless snapshot = false (issue 14: every form of push query behaves the same)."""
+    return plan(stmt.this, ctx, snapshot=snapshot_option(stmt, "EMIT CHANGES"))
+
+
+def snapshot_option(stmt: S.Subscribe | S.EmitChanges, what: str) -> bool:
+    """The WITH options of a push query: only `snapshot`, true unless given."""
     opts = property_values(stmt.args.get("properties"))
     unknown = set(opts) - {"snapshot"}
     if unknown:
-        raise InvalidParameterValue(f'unrecognized SUBSCRIBE option "{sorted(unknown)[0]}"',
+        raise InvalidParameterValue(f'unrecognized {what} option "{sorted(unknown)[0]}"',
                                     hint="valid options are: snapshot")
     snapshot = opts.get("snapshot", True)
-    if isinstance(snapshot, str):
-        snapshot = snapshot.lower() in ("true", "on", "1", "yes")
-    target = stmt.this
-    query = exp.select("*").from_(target.copy()) if isinstance(target, exp.Table) else target
-    return plan(query, ctx, snapshot=bool(snapshot))
+    if isinstance(snapshot, bool):
+        return snapshot
+    text = str(snapshot).lower()
+    if text not in TRUE_WORDS | FALSE_WORDS:
+        raise InvalidParameterValue(f'{what} option "snapshot" requires a Boolean value',
+                                    hint="use snapshot = true or snapshot = false")
+    return text in TRUE_WORDS
 
 
 def plan_fetch(stmt: S.FetchCursor) -> FetchPlan:

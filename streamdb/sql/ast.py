@@ -102,9 +102,10 @@ class SelectStream(exp.Expression):
 
 
 class EmitChanges(exp.Expression):
-    """<query> EMIT CHANGES: a push query (issue 3). `this` is the query."""
+    """<query> EMIT CHANGES [WITH (snapshot = true|false)]: a push query (issues 3, 14).
+    `this` is the query; `properties` the WITH options."""
 
-    arg_types = {"this": True}
+    arg_types = {"this": True, "properties": False}
 
 
 class TransactionControl(exp.Expression):

@@ -314,7 +314,11 @@ class StreamDB(Postgres):
 
         def _parse_emit_changes(self, query: exp.Expr) -> exp.Expr:
             if self._match_text_seq("EMIT", "CHANGES"):
-                return self.expression(ast.EmitChanges(this=query))
+                properties = None
+                if self._match_pair(TokenType.WITH, TokenType.L_PAREN, advance=False):
+                    self._advance()
+                    properties = self._parse_wrapped_csv(self._parse_stream_property)
+                return self.expression(ast.EmitChanges(this=query, properties=properties))
             return query
 
         def _at_emit_changes(self) -> bool:
@@ -634,6 +638,8 @@ class StreamDB(Postgres):
             statement = self._parse_statement()
             if statement is None:
                 self.raise_error("Expected a query after FOR")
+            if isinstance(statement, exp.Query):
+                statement = self._parse_emit_changes(statement)
             return self.expression(ast.DeclareCursor(this=name, expression=statement))
 
         def _parse_fetch(self) -> exp.Expr:
@@ -1337,7 +1343,8 @@ class StreamDB(Postgres):
             ast.ExplainStatement: lambda self, e: self.explainstatement_sql(e),
             ast.Flush: lambda self, e: self.flush_sql(e),
             ast.SelectStream: lambda self, e: self.selectstream_sql(e),
-            ast.EmitChanges: lambda self, e: f"{self.sql(e, 'this')} EMIT CHANGES",
+            ast.EmitChanges: lambda self, e: f"{self.sql(e, 'this')} EMIT CHANGES" + (
+                f" WITH ({self.stream_properties_sql(e.args['properties'])})" if e.args.get("properties") else ""),
             ast.TransactionControl: lambda self, e: str(e.this) + (
                 f" {self.sql(e, 'expression')}" if e.args.get("expression") else ""),
             ast.Discard: lambda self, e: f"DISCARD {e.this}",

@@ -26,7 +26,8 @@ async function pushQueries (admin) {
   return rows.filter(q => q.kind === 'push query')
 }
 
-// Writes made before a push query is registered are not pushed: wait until it runs.
+// A push query sends its snapshot in its first epoch: wait until it has, so that each insert
+// below comes as a change of its own (the filters below leave the snapshots empty).
 async function waitSubscribed (admin, before) {
   await waitFor('the push query to start', async () => {
     const queries = await pushQueries(admin)
