@@ -63,6 +63,15 @@ VIEWS = {
     # arrays (recomputed per group; NULLs: test_array_agg_matches_postgresql_...): ORDER BY and
     # DISTINCT as Postgres has them, and a catalog with array columns across kill -9
     "array_agg": "SELECT grp, array_agg(v ORDER BY v DESC, id) AS vs, array_agg(DISTINCT v) AS dv FROM {t} GROUP BY grp",
+    # the same aggregate read twice is one operator (planner/dataflow.py share_common_subplans):
+    # Nexmark q5's shape over the stream (k for the window, v for the auction), and over the
+    # table, whose updates and deletes retract through the shared operator into both readers
+    "shared_stream": "SELECT a.k, a.v, a.n FROM (SELECT k, v, count(*) AS n FROM {s} GROUP BY k, v) a "
+                     "JOIN (SELECT c.k, max(c.n) AS mx FROM (SELECT k, v, count(*) AS n FROM {s} GROUP BY k, v) c "
+                     "GROUP BY c.k) m ON a.k = m.k AND a.n >= m.mx",
+    "shared_table": "SELECT a.grp, a.n FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) a "
+                    "JOIN (SELECT max(c.n) AS mx FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) c) m "
+                    "ON a.n = m.mx",
 }
 
 
@@ -184,7 +193,7 @@ def test_view_lifecycle_and_introspection(conn, unique):
 # The stateful shapes (their state lives in Spark's state store and must survive kill -9 exactly
 # once), plus a linear view and a view over a view.
 KILL_VIEWS = ("agg", "having", "distinct", "join", "left_join", "full_join", "join_agg", "count_distinct",
-              "stream_agg", "top2", "filter", "array_agg")
+              "stream_agg", "top2", "filter", "array_agg", "shared_table")
 
 
 @pytest.fixture(scope="module")

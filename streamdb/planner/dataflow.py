@@ -252,8 +252,13 @@ class Dataflow:
 
     def explain(self) -> list[str]:
         lines: list[str] = []
+        shown: set[int] = set()
 
         def show(n: Node, indent: int) -> None:
+            if isinstance(n, STATEFUL) and id(n) in shown:  # a common subplan (share_common_subplans)
+                lines.append("  " * indent + n.describe() + " (the same operator as above: computed once)")
+                return
+            shown.add(id(n))
             lines.append("  " * indent + n.describe())
             for i in n.inputs():
                 show(i, indent + 1)
@@ -932,7 +937,84 @@ def plan_dataflow(resolved: exp.Expression, inputs: tuple[RelationInput, ...], c
         node, _ = low.query(resolved)
     if len(node.columns) != len(names):
         raise Unsupported("a result whose columns could not be matched")
-    return Dataflow(node, names)
+    return Dataflow(share_common_subplans(node), names)
+
+
+# ---- common subplans -----------------------------------------------------------------------
+
+
+def share_common_subplans(root: Node) -> Node:
+    """The dataflow with each stateful subplan computed once: a Join, Reduce, TopN or Session
+    equal to one already built (the same operator over the same inputs, up to the names of
+    columns) becomes a renaming Map over that one, so its state is kept and its input routed
+    once however many places read it. Nexmark q5 writes the same count per auction and window
+    twice (one for the rows, one for each window's max): without this its busiest operator did
+    all its work twice. Flink's planner does the same (`table.optimizer.reuse-sub-plan-enabled`)."""
+    built: dict[int, Node] = {}  # id(original node) -> its node in the new plan
+    signature: dict[int, str] = {}  # id(new node) -> what it computes, column names aside
+    first: dict[str, Node] = {}  # signature -> the stateful node that computes it
+
+    def canon(e: exp.Expression | None, columns: tuple[str, ...]) -> str:
+        if e is None:
+            return "-"
+        position = {c: i for i, c in enumerate(columns)}
+
+        def by_position(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column) and not n.table and n.name in position:
+                return exp.column(f"__pos{position[n.name]}")
+            return n
+
+        return e.transform(by_position).sql(dialect="postgres")
+
+    def canons(es: tuple[exp.Expression, ...], columns: tuple[str, ...]) -> str:
+        return "[" + ", ".join(canon(e, columns) for e in es) + "]"
+
+    def build(n: Node) -> Node:
+        done = built.get(id(n))
+        if done is not None:
+            return done
+        kids = [build(i) for i in n.inputs()]
+        sigs = ", ".join(signature[id(k)] for k in kids)
+        new: Node
+        if isinstance(n, Scan):
+            new, sig = n, f"Scan({n.relation_id}, {n.source_columns}, {n.append_only})"
+        elif isinstance(n, Filter):
+            new = replace(n, input=kids[0])
+            sig = f"Filter({sigs}, {canon(n.predicate, kids[0].columns)})"
+        elif isinstance(n, Map):
+            new = replace(n, input=kids[0])
+            sig = f"Map({sigs}, {canons(n.exprs, kids[0].columns)})"
+        elif isinstance(n, UnionAll):
+            new, sig = replace(n, branches=tuple(kids)), f"UnionAll({sigs})"
+        elif isinstance(n, Join):
+            new = replace(n, left=kids[0], right=kids[1])
+            sig = (f"Join({sigs}, {n.kind}, {canons(n.left_keys, kids[0].columns)}, "
+                   f"{canons(n.right_keys, kids[1].columns)})")
+        elif isinstance(n, Reduce):
+            new = replace(n, input=kids[0], expire=kids[1] if n.expire is not None else None)  # type: ignore[arg-type]
+            aggs = ", ".join(f"{a.fn}({canon(a.arg, kids[0].columns)})" for a in n.aggs)
+            expiry = canons(n.expire_keys, kids[1].columns) if n.expire is not None else "-"
+            sig = f"Reduce({sigs}, {canons(n.group, kids[0].columns)}, [{aggs}], {n.global_}, {expiry})"
+        elif isinstance(n, TopN):
+            new = replace(n, input=kids[0])
+            order = ", ".join(f"{canon(k.expr, kids[0].columns)} {k.desc} {k.nulls_first}" for k in n.order)
+            sig = f"TopN({sigs}, {canons(n.partition, kids[0].columns)}, [{order}], {n.limit}, {n.offset})"
+        elif isinstance(n, Session):
+            new = replace(n, input=kids[0])
+            sig = (f"Session({sigs}, {canons(n.partition, kids[0].columns)}, {canon(n.ts, kids[0].columns)}, "
+                   f"{n.gap_micros})")
+        else:  # a Recompute (a view's top only): never shared
+            assert isinstance(n, Recompute)
+            new, sig = replace(n, input=kids[0]), f"Recompute@{id(n)}"
+        if isinstance(new, STATEFUL):
+            same = first.setdefault(sig, new)
+            if same is not new:
+                new = Map(n.columns, same, tuple(_col(c) for c in same.columns))
+        built[id(n)] = new
+        signature[id(new)] = sig
+        return new
+
+    return build(root)
 
 
 @dataclass(frozen=True, eq=False)
