@@ -937,7 +937,157 @@ def plan_dataflow(resolved: exp.Expression, inputs: tuple[RelationInput, ...], c
         node, _ = low.query(resolved)
     if len(node.columns) != len(names):
         raise Unsupported("a result whose columns could not be matched")
-    return Dataflow(share_common_subplans(node), names)
+    return Dataflow(share_common_subplans(prune_columns(push_filters(node))), names)
+
+
+# ---- filters below joins -------------------------------------------------------------------
+
+
+def _columns_of(e: exp.Expression) -> set[str]:
+    return {c.name for c in e.find_all(exp.Column)}
+
+
+def push_filters(root: Node) -> Node:
+    """The dataflow with each conjunct of a filter over a join that reads one side only moved
+    below the join, onto that side (both sides of an inner join; the preserved side of a left or
+    right join, whose rows a filter above would drop anyway): rows that cannot reach the view are
+    never stored in the join's state nor joined. Nexmark q3 (`auction JOIN person WHERE
+    A.category = 10 AND P.state IN (...)`) kept every auction and person otherwise. PostgreSQL's
+    planner does the same (quals pushed down to the scans), so errors a pushed condition raises
+    are those PostgreSQL could raise."""
+    built: dict[int, Node] = {}
+
+    def build(n: Node) -> Node:
+        done = built.get(id(n))
+        if done is not None:
+            return done
+        new = _with_inputs(n, [build(i) for i in n.inputs()])
+        if isinstance(new, Filter) and isinstance(new.input, Join):
+            new = _push_into_join(new.input, new.predicate)
+        built[id(n)] = new
+        return new
+
+    return build(root)
+
+
+def _push_into_join(join: Join, predicate: exp.Expression) -> Node:
+    left_cols, right_cols = set(join.left.columns), set(join.right.columns)
+    to_left: list[exp.Expression] = []
+    to_right: list[exp.Expression] = []
+    rest: list[exp.Expression] = []
+    for c in _conjuncts(predicate):
+        used = _columns_of(c)
+        if used and used <= left_cols and join.kind in ("inner", "left"):
+            to_left.append(c)
+        elif used and used <= right_cols and join.kind in ("inner", "right"):
+            to_right.append(c)
+        else:
+            rest.append(c)
+    if not to_left and not to_right:
+        return Filter(join.columns, join, predicate)
+    left, right = join.left, join.right
+    if to_left:
+        left = _filtered(left, to_left)
+    if to_right:
+        right = _filtered(right, to_right)
+    node: Node = replace(join, left=left, right=right)
+    pred = _and(rest)
+    return node if pred is None else Filter(node.columns, node, pred)
+
+
+def _filtered(node: Node, conjuncts: list[exp.Expression]) -> Node:
+    pred = _and(conjuncts)
+    assert pred is not None
+    if isinstance(node, Join):  # on down through nested joins
+        return _push_into_join(node, pred)
+    return Filter(node.columns, node, pred)
+
+
+def _with_inputs(n: Node, kids: list[Node]) -> Node:
+    """`n` over `kids` (its inputs, rebuilt), or `n` itself when they are the same nodes."""
+    if all(a is b for a, b in zip(kids, n.inputs(), strict=True)):
+        return n
+    if isinstance(n, UnionAll):
+        return replace(n, branches=tuple(kids))
+    if isinstance(n, Join):
+        return replace(n, left=kids[0], right=kids[1])
+    if isinstance(n, Reduce):
+        return replace(n, input=kids[0], expire=kids[1] if n.expire is not None else None)  # type: ignore[arg-type]
+    if isinstance(n, Filter):  # its columns are its input's, which prune_columns may narrow
+        return replace(n, columns=kids[0].columns, input=kids[0])
+    assert isinstance(n, (Map, TopN, Recompute, Session))
+    return replace(n, input=kids[0])
+
+
+# ---- columns kept in state -----------------------------------------------------------------
+
+
+def prune_columns(root: Node) -> Node:
+    """The dataflow with the inputs of the operators that store rows (a join's two sides, a
+    top-N's and a session's input) narrowed to the columns something above reads: a row is
+    encoded, shuffled and kept in the state store with those only. Nexmark q4 joins auctions
+    (10 columns) with bids (7) and reads 4 and 3 of them. Maps, filters and unions keep their
+    columns (the routing computes only what a record carries)."""
+    needed: dict[int, set[str]] = {id(root): set(root.columns)}
+    for n in reversed(Dataflow(root, ()).nodes()):  # readers before their inputs
+        want = needed.get(id(n), set())
+        for i, cols in zip(n.inputs(), _needed_from_inputs(n, want), strict=True):
+            needed.setdefault(id(i), set()).update(cols)
+    built: dict[int, Node] = {}
+
+    def narrowed(child: Node, original: Node, keep: set[str]) -> Node:
+        cols = tuple(c for c in original.columns if c in keep)
+        return child if len(cols) == len(original.columns) else Map(cols, child, tuple(_col(c) for c in cols))
+
+    def build(n: Node) -> Node:
+        done = built.get(id(n))
+        if done is not None:
+            return done
+        kids = [build(i) for i in n.inputs()]
+        wants = _needed_from_inputs(n, needed.get(id(n), set()))
+        new: Node
+        if isinstance(n, Join):
+            left = narrowed(kids[0], n.left, wants[0])
+            right = narrowed(kids[1], n.right, wants[1])
+            new = replace(n, columns=left.columns + right.columns, left=left, right=right)
+        elif isinstance(n, TopN):
+            below = narrowed(kids[0], n.input, wants[0])
+            new = replace(n, columns=below.columns, input=below)
+        elif isinstance(n, Session):
+            below = narrowed(kids[0], n.input, wants[0])
+            new = replace(n, columns=below.columns + n.columns[-2:], input=below)
+        else:
+            new = _with_inputs(n, kids)
+        built[id(n)] = new
+        return new
+
+    return build(root)
+
+
+def _needed_from_inputs(n: Node, want: set[str]) -> list[set[str]]:
+    """The columns each input of `n` must give it for `want` of its own columns."""
+    def cols(es: Any) -> set[str]:
+        return set().union(*(_columns_of(e) for e in es if e is not None))
+
+    if isinstance(n, Scan):
+        return []
+    if isinstance(n, Filter):
+        return [want | _columns_of(n.predicate)]
+    if isinstance(n, Map):
+        return [cols(n.exprs)]
+    if isinstance(n, UnionAll):
+        return [set(b.columns) for b in n.branches]
+    if isinstance(n, Join):
+        return [(want & set(n.left.columns)) | cols(n.left_keys),
+                (want & set(n.right.columns)) | cols(n.right_keys)]
+    if isinstance(n, Reduce):
+        used = [cols(n.group) | cols(a.arg for a in n.aggs)]
+        return used + ([cols(n.expire_keys)] if n.expire is not None else [])
+    if isinstance(n, TopN):
+        return [want | cols(n.partition) | cols(k.expr for k in n.order)]
+    if isinstance(n, Session):
+        return [(want & set(n.input.columns)) | cols(n.partition) | _columns_of(n.ts)]
+    return [set(i.columns) for i in n.inputs()]  # a Recompute's query reads its input whole
 
 
 # ---- common subplans -----------------------------------------------------------------------
