@@ -40,6 +40,14 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
         "CREATE STREAM d WITH (format = 'json') AS SELECT * FROM s WHERE x > 1 EMIT CHANGES",
         ast.CreateStream,
     ),
+    # ksqlDB's persistent queries: CREATE TABLE / MATERIALIZED VIEW ... AS <query> EMIT CHANGES
+    (
+        "CREATE TABLE t AS SELECT a, count(*) FROM s GROUP BY a EMIT CHANGES",
+        "CREATE TABLE t AS SELECT a, COUNT(*) FROM s GROUP BY a EMIT CHANGES",
+        exp.Create,
+    ),
+    ("CREATE MATERIALIZED VIEW v AS SELECT a FROM s EMIT CHANGES",
+     "CREATE MATERIALIZED VIEW v AS SELECT a FROM s EMIT CHANGES", exp.Create),
     # DROP
     ("DROP STREAM IF EXISTS a, b CASCADE", "DROP STREAM IF EXISTS a, b CASCADE", exp.Drop),
     ("drop source src", "DROP SOURCE src", exp.Drop),

@@ -376,9 +376,18 @@ def test_create_stream_and_table_as_select(conn, unique):
     conn.execute(f"CREATE TABLE {per_user} AS SELECT user_id, count(*) AS n FROM {src} GROUP BY user_id")
     with pytest.raises(psycopg.errors.FeatureNotSupported):
         conn.execute(f"CREATE STREAM agg_{unique} AS SELECT user_id, count(*) FROM {src} GROUP BY user_id")
+    # ksqlDB's form of the same: the persistent query written with EMIT CHANGES
+    fast, per_page = f"fast_{unique}", f"per_page_{unique}"
+    conn.execute(f"CREATE STREAM {fast} AS SELECT user_id, page FROM {src} WHERE ms <= 100 EMIT CHANGES")
+    conn.execute(f"CREATE TABLE {per_page} AS SELECT page, max(ms) AS top FROM {src} GROUP BY page EMIT CHANGES")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="EMIT CHANGES takes no options"):
+        conn.execute(f"CREATE STREAM x_{unique} AS SELECT * FROM {src} EMIT CHANGES WITH (snapshot = false)")
     conn.execute(f"INSERT INTO {src} VALUES (1, '/a', 150), (1, '/b', 50), (2, '/a', 300)")
     check_views(conn, {slow: f"SELECT user_id, page FROM {src} WHERE ms > 100",
-                       per_user: f"SELECT user_id, count(*) AS n FROM {src} GROUP BY user_id"})
+                       per_user: f"SELECT user_id, count(*) AS n FROM {src} GROUP BY user_id",
+                       fast: f"SELECT user_id, page FROM {src} WHERE ms <= 100",
+                       per_page: f"SELECT page, max(ms) AS top FROM {src} GROUP BY page"})
+    assert conn.execute(f"SELECT * FROM {fast}").fetchall() == [(1, "/b")]
     kinds = dict(conn.execute("SHOW ALL").fetchall())
     assert kinds[slow] == "stream" and kinds[per_user] == "table"
     assert slow in {r[0] for r in conn.execute("SHOW STREAMS").fetchall()}

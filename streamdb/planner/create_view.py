@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from streamdb.catalog import ColumnDef, RelationDef
-from streamdb.errors import DuplicateColumn, FeatureNotSupported, StreamDBError
+from streamdb.errors import DuplicateColumn, FeatureNotSupported, InvalidParameterValue, StreamDBError
 from streamdb.planner import asof
 from streamdb.planner import query as query_planner
 from streamdb.planner.aggregate import incremental_aggregate
@@ -21,6 +21,22 @@ from streamdb.planner.windows import interval_seconds
 from streamdb.sql import ast as S
 
 QUERY_SQL = "query_sql"
+
+
+def view_query(view: RelationDef) -> exp.Expression:
+    """A view's (or derived relation's) query exactly as written: from its CREATE statement, not
+    regenerated SQL (regenerating through another dialect can change meaning), without the
+    EMIT ON WINDOW CLOSE or EMIT CHANGES it was written with."""
+    from streamdb.sql.parser import parse_one
+
+    body = parse_one(view.create_sql).args.get("expression")
+    if body is None:
+        body = parse_one(str(dict(view.extra)[QUERY_SQL]))
+    if isinstance(body, (S.EmitOnWindowClose, S.EmitChanges)):
+        body = body.this
+    if not isinstance(body, exp.Expression):
+        raise FeatureNotSupported(f'the query of "{view.name}" cannot be read')
+    return body
 
 
 def _window_size(query: exp.Expression) -> float | None:
@@ -44,6 +60,12 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     body = stmt.args.get("expression")
     if body is None:
         raise FeatureNotSupported("CREATE MATERIALIZED VIEW needs AS SELECT ...")
+    if isinstance(body, S.EmitChanges):  # ksqlDB's persistent query: `CREATE STREAM s AS SELECT ... EMIT CHANGES`
+        if body.args.get("properties"):
+            raise InvalidParameterValue("EMIT CHANGES takes no options in CREATE ... AS SELECT",
+                                        hint="A derived relation or view is always maintained from its inputs' "
+                                             "whole history.")
+        body = body.this
     eowc_input: int | None = None
     if isinstance(body, S.EmitOnWindowClose):
         q = query_planner.plan_query(body.this, ctx)

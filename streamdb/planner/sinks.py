@@ -199,8 +199,10 @@ def relation_key(rel: RelationDef, catalog: CatalogSnapshot, depth: int = 0) -> 
         return rel.primary_key
     if rel.kind != "materialized_view" or depth > 16:
         return ()
+    from streamdb.planner.create_view import view_query
+
     try:
-        query = _view_query(rel)
+        query = view_query(rel)
     except StreamDBError:
         return ()
     if not isinstance(query, exp.Select) or any(query.args.get(a) for a in ("laterals", "pivots", "with")):
@@ -252,19 +254,6 @@ def relation_key(rel: RelationDef, catalog: CatalogSnapshot, depth: int = 0) -> 
             return ()
         out.append(found[0])
     return tuple(out)
-
-
-def _view_query(view: RelationDef) -> exp.Expression:
-    from streamdb.planner.create_view import QUERY_SQL
-    from streamdb.sql.parser import parse_one
-
-    text = dict(view.extra).get(QUERY_SQL)
-    body = parse_one(str(text)) if text else parse_one(view.create_sql).args.get("expression")
-    if isinstance(body, S.EmitOnWindowClose):
-        body = body.this
-    if not isinstance(body, exp.Expression):
-        raise FeatureNotSupported(f'the query of "{view.name}" cannot be read')
-    return body
 
 
 def _single_input(query: exp.Select, catalog: CatalogSnapshot) -> RelationDef | None:

@@ -168,7 +168,7 @@ class PipelineManager:
         cached = self._strategies.get(view.id)
         if cached is not None and cached[0] == catalog.version:
             return cached[1]
-        from streamdb.runtime.views import view_query
+        from streamdb.planner.create_view import view_query
 
         extra = dict(view.extra)
         try:
@@ -180,6 +180,9 @@ class PipelineManager:
                                                                tuple(c.name for c in view.columns)))
         except StreamDBError as e:
             strategy = D.ViewStrategy(None, e.message)
+        except Exception as e:  # noqa: BLE001 - a bug planning one view: the epoch driver reports it on that view
+            log.exception("planning view %s for the pipelines failed", view.name)
+            strategy = D.ViewStrategy(None, f"internal error: {type(e).__name__}: {e}")
         self._strategies[view.id] = (catalog.version, strategy)
         return strategy
 

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlglot import exp
 
 from streamdb import metrics as M
 from streamdb import types as T
@@ -42,7 +41,7 @@ from streamdb.planner import query as query_planner
 from streamdb.planner.aggregate import IncrementalAggregate, incremental_aggregate
 from streamdb.planner.coerce import coerce
 from streamdb.planner.context import PlanContext, SessionInfo
-from streamdb.planner.create_view import QUERY_SQL
+from streamdb.planner.create_view import view_query
 from streamdb.planner.fused import JSON_OPTIONS, FlatQuery, flatten, fused_aggregate_sql
 from streamdb.planner.incremental import WEIGHT, delta_name, is_time_dependent, linear_delta_sql
 from streamdb.planner.plans import QueryPlan, SubscribePlan
@@ -51,8 +50,6 @@ from streamdb.runtime.api import Column
 from streamdb.runtime.query import arrow_to_rows, with_planned_columns
 from streamdb.runtime.reader import log_only_from, state_store
 from streamdb.runtime.subscriptions import Subscription
-from streamdb.sql.ast import EmitOnWindowClose
-from streamdb.sql.parser import parse_one
 from streamdb.storage.base import Append, Commit, partials_store
 
 if TYPE_CHECKING:
@@ -68,16 +65,6 @@ DISK_FULL_RETRY_SECONDS = 2.0  # how often a view whose commit hit a full disk t
 VIEWS_PER_JOB = 16
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
 _WEIGHT_COLUMN = Column(WEIGHT, T.BIGINT)
-
-
-def view_query(view: RelationDef) -> exp.Expression:
-    """The view's query exactly as written: from its CREATE statement, not regenerated SQL
-    (regenerating through another dialect can change meaning)."""
-    create = parse_one(view.create_sql)
-    body = create.args.get("expression")
-    if body is None:
-        body = parse_one(dict(view.extra)[QUERY_SQL])
-    return body.this if isinstance(body, EmitOnWindowClose) else body
 
 
 def meta_key(view_id: int) -> bytes:
@@ -542,6 +529,10 @@ class ViewMaintainer:
                     item = self._prepare(view, st, catalog, snap)
                 except StreamDBError as e:
                     self._record_error(view, st, e)
+                    continue
+                except Exception as e:  # noqa: BLE001 - a bug in one view fails that view, loudly, not the epoch
+                    log.exception("view %s failed", view.name)
+                    self._record_error(view, st, InternalError(f"{type(e).__name__}: {e}"))
                     continue
                 if item is not None:
                     work.append(item)

@@ -614,7 +614,7 @@ class StreamDB(Postgres):
             self._match_text_seq("TO")
             target: exp.Expr | None
             if self._match(TokenType.L_PAREN):
-                target = self._parse_ddl_select()
+                target = self._parse_ddl_query()
                 self._match_r_paren()
             else:
                 target = self._parse_table_parts(schema=True)
@@ -758,7 +758,15 @@ class StreamDB(Postgres):
             return stream
 
         def _parse_ddl_select(self) -> exp.Expr | None:
-            # CREATE MATERIALIZED VIEW ... AS <query> EMIT ON WINDOW CLOSE
+            # CREATE MATERIALIZED VIEW | TABLE ... AS <query> [EMIT CHANGES] (ksqlDB's persistent
+            # query; the planner takes it as the same query without)
+            query = self._parse_ddl_query()
+            if query is not None and not isinstance(query, ast.EmitOnWindowClose):
+                query = self._parse_emit_changes(query)
+            return query
+
+        def _parse_ddl_query(self) -> exp.Expr | None:
+            # ... AS <query> EMIT ON WINDOW CLOSE
             query = super()._parse_ddl_select()
             if query is not None and self._match_text_seq("EMIT", "ON", "WINDOW", "CLOSE"):
                 return self.expression(ast.EmitOnWindowClose(this=query))
@@ -1006,7 +1014,7 @@ class StreamDB(Postgres):
             elif self._match(TokenType.ALIAS):
                 self._in_sink_query = True
                 try:
-                    query = self._parse_ddl_select()
+                    query = self._parse_ddl_query()
                 finally:
                     self._in_sink_query = False
                 if query is None:
