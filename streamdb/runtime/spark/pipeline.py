@@ -687,15 +687,21 @@ class _Compiler:
             pass
         elif isinstance(consumer, D.Reduce):
             self.schemas[(consumer, "group")] = [(f"k{i}", t) for i, t in enumerate(key_types)]
-            args = []
+            args: list[str] = []
+            # Aggregates of one argument that travel alike share its slot (Nexmark q17's min, max,
+            # avg and sum of price: one text per record, not four). Slots follow from the node
+            # alone, so every arm into it lays its records out the same way.
+            slots: dict[tuple[str, str], int] = {}
             for j, call in enumerate(consumer.aggs):
                 if call.arg is None:
                     self.schemas[(consumer, "agg", j)] = ("bigint", "CAST({} AS BIGINT)")
                     continue
                 encoded, code, decoder, out_type = _arg_codec(call.fn, arm.types[f"x{j}"], arm.values[f"x{j}"])
-                args.append(encoded)
+                slot = slots.setdefault((call.arg.sql(dialect="postgres"), _arg_class(call.fn)), len(args))
+                if slot == len(args):
+                    args.append(encoded)
                 self.schemas[(consumer, "agg", j)] = (out_type, decoder)
-                self.schemas[(consumer, "code", j)] = (len(args) - 1, code)
+                self.schemas[(consumer, "code", j)] = (slot, code)
             if args:
                 arm.fields["a"] = f"array({', '.join(args)})"
         elif isinstance(consumer, D.TopN):
@@ -1010,6 +1016,13 @@ def _spark_type_name(rel: RelationDef, column: str) -> str:
 
 
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+
+
+def _arg_class(fn: str) -> str:
+    """Aggregates whose arguments `_arg_codec` encodes alike (for one value type)."""
+    if fn in ("count", "count_distinct", "count_star"):
+        return "count"
+    return "bool" if fn in ("bool_and", "bool_or") else "value"
 
 
 def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
