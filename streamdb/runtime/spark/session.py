@@ -396,7 +396,9 @@ class SparkRuntime:
             # One memory budget (memtables and block cache) shared by every state store instance of
             # the executor, so native memory stays flat as views and partitions are added.
             "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-            "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
+            # 128, not 256: Nexmark q5 at 5M events (its HOP windows' state only grows) ran as fast
+            # (63,942 events/s) with a JVM peak 158 MiB lower (1,700 -> 1,542 MiB).
+            "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "128",
             "spark.sql.streaming.noDataMicroBatches.enabled": "false",
             # Checkpoint and state files without a forked chmod or readlink per file (pyspark has
             # no Hadoop native library): 100-250 ms of every micro-batch (CheckpointFiles.java).
