@@ -337,5 +337,17 @@ def test_a_stalled_subscriber_gets_a_clear_error_not_unbounded_memory(tmp_path):
                         stream.close()
                 assert reader.execute("SELECT 1").fetchone() == (1,)
                 assert writer.execute("SELECT count(*) FROM firehose").fetchone() == (100_001,)
+                # The snapshot is not held against the limit: a push query over more rows than the
+                # buffer holds sends them all, then the changes after them.
+                with reader.cursor() as cur:
+                    stream = cur.stream("SELECT i FROM firehose WHERE i >= 0 AND i < 5000 EMIT CHANGES")
+                    try:
+                        got = [next(stream) for _ in range(20_000)]
+                        assert [r[0] for r in got] == ["insert"] * 20_000
+                        assert sorted(r[2] for r in got) == sorted(list(range(5000)) * 4)
+                        writer.execute("INSERT INTO firehose VALUES (7, 'new')")
+                        assert next(stream)[0::2] == ("insert", 7)
+                    finally:
+                        stream.close()
         finally:
             srv.stop()

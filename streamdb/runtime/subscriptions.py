@@ -38,6 +38,7 @@ class Subscription:
     previous: Counter[tuple[Any, ...]] | None = None  # recompute mode: the last result
     started: bool = False
     buffered: int = 0
+    snapshot_unread: int = 0  # rows of the snapshot still queued (not in `buffered`)
     epochs: int = 0
     last_epoch_ms: float | None = None
     error: StreamDBError | None = None
@@ -47,14 +48,17 @@ class Subscription:
     _leftover: list[tuple[Any, ...]] = field(default_factory=list)
     _baseline_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def deliver(self, changes: list[tuple[tuple[Any, ...], int]], at: dt.datetime) -> None:
-        """From the maintainer's thread: queue the changes as (op, rowtime, *row) rows."""
+    def deliver(self, changes: list[tuple[tuple[Any, ...], int]], at: dt.datetime, *, snapshot: bool = False) -> None:
+        """From the maintainer's thread: queue the changes as (op, rowtime, *row) rows. The
+        snapshot (the current result, sent first) is queued whatever its size: the limit is on
+        changes a reader leaves unread, and a push query over a stream of a million events must
+        not fail before its reader has had a chance to read."""
         rows: list[tuple[Any, ...]] = []
         for row, weight in changes:
             op = "insert" if weight > 0 else "delete"
             rows.extend([(op, at, *row)] * abs(weight))
         if rows:
-            self.loop.call_soon_threadsafe(self._push, rows)
+            self.loop.call_soon_threadsafe(self._push, rows, snapshot)
 
     def take_baseline(self) -> Snapshot | None:
         """The baseline snapshot, now the caller's to close (None: already taken)."""
@@ -69,8 +73,12 @@ class Subscription:
     def fail(self, error: StreamDBError) -> None:
         self.loop.call_soon_threadsafe(self._fail, error)
 
-    def _push(self, rows: list[tuple[Any, ...]]) -> None:
+    def _push(self, rows: list[tuple[Any, ...]], snapshot: bool = False) -> None:
         if self.closed:
+            return
+        if snapshot:  # read first (it is the first batch queued), and not counted against the limit
+            self.snapshot_unread += len(rows)
+            self._queue.put_nowait(rows)
             return
         if self.buffered + len(rows) > self.max_buffered:
             self._fail(StreamDBError(
@@ -109,7 +117,7 @@ class Subscription:
             if rows is None:
                 assert self.error is not None
                 raise self.error
-            self.buffered -= len(rows)
+            self._taken(len(rows))
             self._leftover = list(rows)
         return out
 
@@ -119,5 +127,10 @@ class Subscription:
             if rows is None:
                 assert self.error is not None
                 raise self.error
-            self.buffered -= len(rows)
+            self._taken(len(rows))
             yield rows
+
+    def _taken(self, n: int) -> None:
+        from_snapshot = min(n, self.snapshot_unread)
+        self.snapshot_unread -= from_snapshot
+        self.buffered -= n - from_snapshot

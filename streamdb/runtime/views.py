@@ -962,6 +962,7 @@ class ViewMaintainer:
                        if (rid := i.relation_id) is not None and (rel := catalog.by_id(rid)) is not None}
             if sub.started and offsets == sub.processed:
                 return
+            snapshot = plan.snapshot and not sub.started  # this epoch's changes are the current result
             tables, offsets = self._query_inputs(plan.query, plan.delta_sql is not None, sub.processed, catalog, snap)
             spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
             started = time.monotonic()
@@ -989,7 +990,7 @@ class ViewMaintainer:
         sub.epochs += 1
         sub.last_epoch_ms = (time.monotonic() - started) * 1000
         engine.metrics.epoch_done(M.PUSH_QUERY, sub.last_epoch_ms / 1000)
-        sub.deliver(changes, dt.datetime.now(dt.UTC))
+        sub.deliver(changes, dt.datetime.now(dt.UTC), snapshot=snapshot)
 
     def _advance_baseline(self, sub: Subscription, catalog: CatalogSnapshot) -> None:
         """A recomputed subscription's first result, at the snapshot taken when it began."""
