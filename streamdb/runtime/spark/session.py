@@ -396,9 +396,10 @@ class SparkRuntime:
             # One memory budget (memtables and block cache) shared by every state store instance of
             # the executor, so native memory stays flat as views and partitions are added.
             "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-            # 128, not 256: Nexmark q5 at 5M events (its HOP windows' state only grows) ran as fast
-            # (63,942 events/s) with a JVM peak 158 MiB lower (1,700 -> 1,542 MiB).
-            "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "128",
+            # 256: with 128, Nexmark q5 at 5M events ran as fast with a JVM peak 158 MiB lower, but
+            # at 20M (4x the state) it took 721 s, not 390, to catch up for 85 MiB less
+            # (docs/benchmarks.md, "Memory").
+            "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
             "spark.sql.streaming.noDataMicroBatches.enabled": "false",
             # Checkpoint and state files without a forked chmod or readlink per file (pyspark has
             # no Hadoop native library): 100-250 ms of every micro-batch (CheckpointFiles.java).
