@@ -262,7 +262,12 @@ def test_subscribe_streams_rows_to_the_client(server, conn, unique):
         ("insert", 1), ("insert", 2)]
 
 
-def test_copy_push_query_to_stdout_with_psql(server, conn, unique):
+@pytest.mark.parametrize("statement", [
+    "COPY (SELECT a, b FROM {s} WHERE a > 1 EMIT CHANGES) TO STDOUT",
+    # typed as a plain query in psql: answered as the COPY form is, so its rows print as they come
+    "SELECT a, b FROM {s} WHERE a > 1 EMIT CHANGES",
+])
+def test_copy_push_query_to_stdout_with_psql(server, conn, unique, statement):
     import os
     import select
     import subprocess
@@ -274,7 +279,7 @@ def test_copy_push_query_to_stdout_with_psql(server, conn, unique):
     psql = subprocess.Popen(
         # stdbuf: psql writes COPY data through stdio, which a pipe would otherwise block-buffer.
         ["stdbuf", "-oL", "psql", "-X", "-h", server.host, "-p", str(server.port), "-U", "streamdb", "streamdb",
-         "-c", f"COPY (SELECT a, b FROM {s} WHERE a > 1 EMIT CHANGES) TO STDOUT"],
+         "-c", statement.format(s=s)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_subscribed(conn, before)
