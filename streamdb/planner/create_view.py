@@ -16,6 +16,7 @@ from streamdb.planner.aggregate import incremental_aggregate
 from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import is_time_dependent, linear_delta_sql
 from streamdb.planner.names import normalize, table_name
+from streamdb.planner.numeric_scale import with_fixed_scales
 from streamdb.planner.plans import CreateViewPlan
 from streamdb.planner.windows import interval_seconds
 from streamdb.sql import ast as S
@@ -113,12 +114,13 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
             replace(c, name=renamed[i]) if i < len(renamed) else c for i, c in enumerate(q.columns)))
     seen: set[str] = set()
     columns = []
-    for c in q.columns:
+    types = with_fixed_scales([c.type for c in q.columns], q.resolved_sql, q.inputs)
+    for c, t in zip(q.columns, types, strict=True):
         if c.name in seen:
             raise DuplicateColumn(f'column "{c.name}" specified more than once',
                                   hint="Give the view's columns distinct names with AS.")
         seen.add(c.name)
-        columns.append(ColumnDef(c.name, c.type))
+        columns.append(ColumnDef(c.name, t))
     rel = RelationDef(
         id=0, name=name, kind="materialized_view", columns=tuple(columns),
         create_sql=sql.strip(), created_at=time.time(),

@@ -1,0 +1,34 @@
+"""planner/numeric_scale.py without a server: which result columns get a fixed scale. The
+end-to-end check against PostgreSQL's text is tests/test_e2e_numeric.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamdb import types as T
+from streamdb.catalog import CatalogSnapshot, ColumnDef, RelationDef
+from streamdb.planner.context import PlanContext, SessionInfo
+from streamdb.planner.numeric_scale import with_fixed_scales
+from streamdb.planner.query import plan_query
+from streamdb.sql.parser import parse_one
+
+T1 = RelationDef(id=3, name="t", kind="stream",
+                 columns=(ColumnDef("price", T.BIGINT), ColumnDef("x", T.numeric(10, 2)), ColumnDef("n", T.NUMERIC)))
+CTX = PlanContext(catalog=CatalogSnapshot(1, {"t": T1}), session=SessionInfo("streamdb", "streamdb"))
+
+
+@pytest.mark.parametrize(("expr", "scale"), [
+    ("0.908 * price", 3), ("x * 2", 2), ("x * 1.5", 3), ("x + 1.005", 3), ("-x", 2), ("round(n, 1)", 1),
+    ("round(x)", 0), ("x::numeric(12, 4) + 1", 4), ("coalesce(x, 0.00)", 2), ("sum(x)", 2), ("max(0.10 * price)", 2),
+    # not fixed: kept unconstrained
+    ("n * 2", None), ("avg(x)", None), ("x / 3", None), ("CASE WHEN price > 1 THEN x ELSE 1.5 END", None),
+    ("coalesce(x, 0)", None), ("sum(DISTINCT x)", None),
+])
+def test_fixed_scales(expr: str, scale: int | None) -> None:
+    group = " GROUP BY price, x, n" if not any(f in expr for f in ("sum(", "max(", "avg(")) else ""
+    q = plan_query(parse_one(f"SELECT {expr} AS c FROM t{group}"), CTX)
+    (t,) = with_fixed_scales([c.type for c in q.columns], q.resolved_sql, q.inputs)
+    if q.columns[0].type is not T.NUMERIC:  # (x / 3 is not numeric here)
+        assert scale is None
+        return
+    assert t.precision_scale == (None if scale is None else (38, scale))
