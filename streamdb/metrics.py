@@ -270,7 +270,7 @@ class EngineCollector(Collector):
                                      "for its client to read them (it fails past subscriber_buffer_changes).",
                                      labels=["push_query"])
         for sub in sorted(subs, key=lambda s: s.id):
-            buffered.add_metric([str(sub.id)], sub.buffered)
+            buffered.add_metric([str(sub.id)], sub.unread)
         yield count
         yield buffered
 

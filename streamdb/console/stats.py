@@ -93,7 +93,7 @@ class StatsSampler:
             status = "failed" if sub.error else ("running" if sub.started else "starting")
             inputs = tuple(i.relation_id for i in sub.plan.query.inputs if i.relation_id is not None)
             late = _late_events(engine, inputs)
-            cur = Current(key, "push query", rows=sub.buffered, epochs=sub.epochs,
+            cur = Current(key, "push query", rows=sub.unread, epochs=sub.epochs,
                           last_epoch_ms=sub.last_epoch_ms, status=status,
                           error=sub.error.message if sub.error else None, late_events=late,
                           input_total=sum(sum(v) for v in sub.processed.values()))

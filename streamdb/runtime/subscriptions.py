@@ -48,6 +48,11 @@ class Subscription:
     _leftover: list[tuple[Any, ...]] = field(default_factory=list)
     _baseline_lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def unread(self) -> int:
+        """Changes queued for the client, the snapshot's included (SHOW QUERIES, metrics)."""
+        return self.buffered + self.snapshot_unread
+
     def deliver(self, changes: list[tuple[tuple[Any, ...], int]], at: dt.datetime, *, snapshot: bool = False) -> None:
         """From the maintainer's thread: queue the changes as (op, rowtime, *row) rows. The
         snapshot (the current result, sent first) is queued whatever its size: the limit is on

@@ -104,7 +104,7 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
             status = "failed" if sub.error else ("running" if sub.started else "starting")
             status += " (incremental)" if sub.plan.delta_sql else " (recompute)"
             inputs = tuple(i.relation_id for i in sub.plan.query.inputs if i.relation_id is not None)
-            rows.append((f"push query {sub.id}", "push query", status, sub.epochs, None, sub.buffered,
+            rows.append((f"push query {sub.id}", "push query", status, sub.epochs, None, sub.unread,
                          sub.last_epoch_ms, sub.error.message if sub.error else None, _late_events(ctx, inputs),
                          "own"))
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
