@@ -287,8 +287,8 @@ SMALL_INPUT_ROWS = 50_000
 # Compile generated methods over 8,000 bytes of bytecode too: a pipeline's routing projection over
 # many views is one such method, which HotSpot otherwise leaves to its interpreter (Spark only
 # splits methods past 64 KB).
-MALLOC_ARENA_MAX = "2"
 COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+MALLOC_ARENA_MAX = "2"  # the JVMs' malloc arenas (_build_session)
 _SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                      "spark.sql.codegen.wholeStage": "false"}
 
