@@ -1125,37 +1125,30 @@ def share_common_subplans(root: Node) -> Node:
             return done
         kids = [build(i) for i in n.inputs()]
         sigs = ", ".join(signature[id(k)] for k in kids)
-        new: Node
+        new = _with_inputs(n, kids)
         if isinstance(n, Scan):
-            new, sig = n, f"Scan({n.relation_id}, {n.source_columns}, {n.append_only})"
+            sig = f"Scan({n.relation_id}, {n.source_columns}, {n.append_only})"
         elif isinstance(n, Filter):
-            new = replace(n, input=kids[0])
             sig = f"Filter({sigs}, {canon(n.predicate, kids[0].columns)})"
         elif isinstance(n, Map):
-            new = replace(n, input=kids[0])
             sig = f"Map({sigs}, {canons(n.exprs, kids[0].columns)})"
         elif isinstance(n, UnionAll):
-            new, sig = replace(n, branches=tuple(kids)), f"UnionAll({sigs})"
+            sig = f"UnionAll({sigs})"
         elif isinstance(n, Join):
-            new = replace(n, left=kids[0], right=kids[1])
             sig = (f"Join({sigs}, {n.kind}, {canons(n.left_keys, kids[0].columns)}, "
                    f"{canons(n.right_keys, kids[1].columns)})")
         elif isinstance(n, Reduce):
-            new = replace(n, input=kids[0], expire=kids[1] if n.expire is not None else None)  # type: ignore[arg-type]
             aggs = ", ".join(f"{a.fn}({canon(a.arg, kids[0].columns)})" for a in n.aggs)
             expiry = canons(n.expire_keys, kids[1].columns) if n.expire is not None else "-"
             sig = f"Reduce({sigs}, {canons(n.group, kids[0].columns)}, [{aggs}], {n.global_}, {expiry})"
         elif isinstance(n, TopN):
-            new = replace(n, input=kids[0])
             order = ", ".join(f"{canon(k.expr, kids[0].columns)} {k.desc} {k.nulls_first}" for k in n.order)
             sig = f"TopN({sigs}, {canons(n.partition, kids[0].columns)}, [{order}], {n.limit}, {n.offset})"
         elif isinstance(n, Session):
-            new = replace(n, input=kids[0])
             sig = (f"Session({sigs}, {canons(n.partition, kids[0].columns)}, {canon(n.ts, kids[0].columns)}, "
                    f"{n.gap_micros})")
         else:  # a Recompute (a view's top only): never shared
-            assert isinstance(n, Recompute)
-            new, sig = replace(n, input=kids[0]), f"Recompute@{id(n)}"
+            sig = f"Recompute@{id(n)}"
         if isinstance(new, STATEFUL):
             same = first.setdefault(sig, new)
             if same is not new:

@@ -96,21 +96,11 @@ def with_fixed_scales(types: list[SqlType], resolved_sql: str, inputs: tuple[Rel
     expression fixes made numeric(38, s)."""
     if not any(t is T.NUMERIC for t in types):
         return types
-    from sqlglot.optimizer.annotate_types import annotate_types
-    from sqlglot.optimizer.qualify import qualify
-
+    from streamdb.planner.query import _typed_copy
     from streamdb.sql.parser import parse_one
 
-    def type_text(t: SqlType) -> str:
-        ps = t.precision_scale
-        return f"decimal({ps[0]}, {ps[1]})" if ps is not None else t.name
-
-    # as query._typed_copy, with numeric(p, s) columns keeping their modifiers
-    schema: dict[str, object] = {i.registered_name: {n: type_text(t) for n, t in i.columns} for i in inputs}
     try:
-        select = annotate_types(qualify(parse_one(resolved_sql), schema=schema, dialect="postgres",
-                                        validate_qualify_columns=False, quote_identifiers=False,
-                                        expand_stars=False), schema=schema, dialect="postgres")
+        select = _typed_copy(parse_one(resolved_sql), inputs, modifiers=True)
     except Exception:  # noqa: BLE001 - a shape sqlglot cannot type: the columns stay as they are
         return types
     if not isinstance(select, exp.Select) or len(select.expressions) != len(types):

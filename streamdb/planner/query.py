@@ -751,9 +751,16 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
 _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)
 
 
-def _typed_copy(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> exp.Expression:
-    """A copy with columns qualified and every node's type annotated (sqlglot's optimizer)."""
-    schema: dict[str, object] = {i.registered_name: {name: t.name for name, t in i.columns} for i in inputs}
+def _typed_copy(query: exp.Expression, inputs: tuple[RelationInput, ...], *,
+                modifiers: bool = False) -> exp.Expression:
+    """A copy with columns qualified and every node's type annotated (sqlglot's optimizer);
+    `modifiers`: numeric(p, s) columns typed with their precision and scale."""
+
+    def type_text(t: T.SqlType) -> str:
+        ps = t.precision_scale if modifiers else None
+        return f"decimal({ps[0]}, {ps[1]})" if ps is not None else t.name
+
+    schema: dict[str, object] = {i.registered_name: {name: type_text(t) for name, t in i.columns} for i in inputs}
     typed = qualify(query.copy(), schema=schema, dialect="postgres", validate_qualify_columns=False,
                     quote_identifiers=False, expand_stars=False)
     return annotate_types(typed, schema=schema, dialect="postgres")
