@@ -331,9 +331,16 @@ def test_copy_into_a_stream_fast_and_careful_paths_agree(conn, unique):
             cp.write("1000\t\\N\t\n1001\t3\t\\N\n")
         with cur.copy(f"COPY {s} FROM STDIN") as cp:
             cp.write("2000\t1\ttab\\there\n2001\t2\tback\\\\slash\n")  # escapes: the careful path
-    got = dict(conn.execute(f"SELECT id, name FROM {s} WHERE id >= 999").fetchall())
+        # Large payloads, parsed and encoded on a worker thread: one for each path.
+        with cur.copy(f"COPY {s} FROM STDIN") as cp:
+            cp.write("".join(f"{i}\t1\tbulk {i}\n" for i in range(10_000, 30_000)))
+        with cur.copy(f"COPY {s} FROM STDIN") as cp:
+            cp.write("".join(f"{i}\t1\tbulk\\t{i}\n" for i in range(30_000, 36_000)))
+    got = dict(conn.execute(f"SELECT id, name FROM {s} WHERE id >= 999 AND id < 10000").fetchall())
     assert got == {999: "name 999", 1000: "", 1001: None, 2000: "tab\there", 2001: "back\\slash"}
-    assert conn.execute(f"SELECT count(*), sum(n), count(n) FROM {s}").fetchone() == (1004, 3003, 1003)
+    got = dict(conn.execute(f"SELECT id, name FROM {s} WHERE id IN (10000, 29999, 30000, 35999)").fetchall())
+    assert got == {10000: "bulk 10000", 29999: "bulk 29999", 30000: "bulk\t30000", 35999: "bulk\t35999"}
+    assert conn.execute(f"SELECT count(*), sum(n), count(n) FROM {s}").fetchone() == (27004, 29003, 27003)
     for bad, state in (("1\t99999999999\tx\n", "22003"), ("1\tabc\tx\n", "22P02"), ("1\t\tx\n", "22P02"),
                        ("1\t2\n", "22P04")):
         with pytest.raises(psycopg.Error) as e:
@@ -341,7 +348,7 @@ def test_copy_into_a_stream_fast_and_careful_paths_agree(conn, unique):
                 cp.write(bad)
         assert e.value.sqlstate == state, (bad, e.value.sqlstate, str(e.value))
     conn.execute("FLUSH")
-    assert conn.execute(f"SELECT * FROM {s}_v").fetchone() == (1004, 3003)
+    assert conn.execute(f"SELECT * FROM {s}_v").fetchone() == (27004, 29003)
 
 
 def test_bulk_copy_into_tables_replaces_rows_by_key_as_small_writes_do(conn, unique):

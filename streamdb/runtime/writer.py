@@ -211,15 +211,24 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
     return len(rows)
 
 
-async def append_arrow(engine: Engine, rel: RelationDef, table: pa.Table) -> int:
-    """Append rows already in Arrow (columns in the stream's order and types) to a keyless typed
-    stream without a watermark: the log's batches are built from the columns, not row by row."""
-    n = table.num_rows
-    if n == 0:
-        return 0
-    arrival = _now()
-    columns = [table.column(i).cast(c.type.arrow()) for i, c in enumerate(rel.columns)]
+async def commit_appends(engine: Engine, rel: RelationDef, appends: list[Append]) -> None:
+    """Commit log batches built by `arrow_appends` (on a worker thread, say)."""
+    if not appends:
+        return
     commit = Commit()
+    commit.appends.extend(appends)
+    await _commit(engine, commit)
+    engine.notify_write(rel.id)
+
+
+def arrow_appends(rel: RelationDef, table: pa.Table) -> list[Append]:
+    """The log batches of `table`, spread over the stream's partitions, each row stamped with
+    the arrival time and weight 1 (columns repeated, not built from Python values)."""
+    n = table.num_rows
+    arrival = pa.scalar(_now(), pa.timestamp("us", tz="UTC"))
+    one = pa.scalar(1, pa.int64())
+    columns = [table.column(i).cast(c.type.arrow()) for i, c in enumerate(rel.columns)]
+    appends = []
     parts = rel.partitions
     size = -(-n // parts)
     first = next(_round_robin) % parts
@@ -229,13 +238,10 @@ async def append_arrow(engine: Engine, rel: RelationDef, table: pa.Table) -> int
             break
         length = min(size, n - start)
         chunk = [col.slice(start, length) for col in columns]
-        rowtime = pa.array([arrival] * length, pa.timestamp("us", tz="UTC"))
-        weight = pa.array([1] * length, pa.int64())
-        batch = pa.Table.from_arrays([*chunk, rowtime, weight], schema=C.batch_schema(rel))
-        commit.appends.append(Append(rel.id, (first + k) % parts, C.encode_table(batch), length))
-    await _commit(engine, commit)
-    engine.notify_write(rel.id)
-    return n
+        batch = pa.Table.from_arrays([*chunk, pa.repeat(arrival, length), pa.repeat(one, length)],
+                                     schema=C.batch_schema(rel))
+        appends.append(Append(rel.id, (first + k) % parts, C.encode_table(batch), length))
+    return appends
 
 
 async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[Any, ...]],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from collections.abc import AsyncIterator
@@ -18,6 +19,10 @@ from streamdb.runtime import query, writer
 from streamdb.runtime.api import CopyInRequest, ExecutionResult
 from streamdb.runtime.statements.context import ExecContext
 from streamdb.runtime.watermarks import delay_of
+from streamdb.storage.base import Append
+
+# A COPY payload above this many bytes is parsed off the event loop.
+OFF_LOOP_BYTES = 64 * 1024
 
 _TEXT_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "\\": "\\"}
 
@@ -86,13 +91,29 @@ async def finish_copy_in(request: CopyInRequest, data: bytes, ctx: ExecContext) 
     rel = ctx.engine.catalog.snapshot().by_id(plan.relation_id)
     if rel is None:
         raise UndefinedTable(f'relation "{plan.relation_name}" does not exist')
-    table = fast_copy_table(plan, rel, data)
-    if table is not None:
-        n = await writer.append_arrow(ctx.engine, rel, table)
+    # A large payload is parsed and encoded on a worker thread (pyarrow parses 10,000 rows in
+    # ~3 ms), in one hop: COPYs from one client come one after the other.
+    fast = _fast_copy(plan, rel, data) if len(data) < OFF_LOOP_BYTES else await asyncio.to_thread(
+        _fast_copy, plan, rel, data)
+    if fast is not None:
+        n, appends = fast
+        await writer.commit_appends(ctx.engine, rel, appends)
         return ExecutionResult(f"COPY {n}")
-    rows = parse_copy_data(plan, data)
+    if len(data) < OFF_LOOP_BYTES:
+        rows = parse_copy_data(plan, data)
+    else:
+        rows = await asyncio.to_thread(parse_copy_data, plan, data)
     n = await writer.insert_rows(ctx.engine, rel, plan.target_columns, rows, "rowtime" in plan.target_columns)
     return ExecutionResult(f"COPY {n}")
+
+
+def _fast_copy(plan: CopyFromPlan, rel: RelationDef, data: bytes) -> tuple[int, list[Append]] | None:
+    """The rows of a COPY payload the fast path takes, as the stream's log batches; None if it
+    does not take them."""
+    table = fast_copy_table(plan, rel, data)
+    if table is None:
+        return None
+    return table.num_rows, writer.arrow_appends(rel, table)
 
 
 _FAST_TYPES = (T.SMALLINT, T.INTEGER, T.BIGINT, T.TEXT, T.VARCHAR, T.BOOLEAN, T.TIMESTAMPTZ)
