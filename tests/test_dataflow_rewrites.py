@@ -1,6 +1,7 @@
 """The rewrites of a view's dataflow (planner/dataflow.py), without a server: filters below joins
-(`push_filters`), rows narrowed to the columns read above (`prune_columns`), and a stateful
-operator written twice planned once (`share_common_subplans`). The end-to-end checks (views
+(`push_filters`), comparisons across a join's sides tested by the join (`fuse_residuals`), rows
+narrowed to the columns read above (`prune_columns`), and a stateful operator written twice
+planned once (`share_common_subplans`). The end-to-end checks (views
 against a batch run of their query, with updates, deletes and kill -9) are in
 tests/test_e2e_views.py, whose views have these shapes."""
 
@@ -173,3 +174,57 @@ def test_a_view_of_a_whole_join_keeps_every_column_but_rowtime() -> None:
     df = strategy("SELECT a.*, p.*, a.rowtime FROM auction a JOIN person p ON a.seller = p.id").dataflow
     assert df is not None
     assert isinstance(below_join(df)[0], D.Scan)
+
+
+def joins(df: D.Dataflow) -> list[D.Join]:
+    return [n for n in df.stateful() if isinstance(n, D.Join)]
+
+
+def filters_over_joins(df: D.Dataflow) -> list[D.Filter]:
+    return [n for n in df.nodes() if isinstance(n, D.Filter) and isinstance(n.input, D.Join)]
+
+
+def test_comparisons_across_an_inner_join_are_tested_by_the_join() -> None:
+    df = strategy(Q5).dataflow
+    assert df is not None
+    [join] = joins(df)
+    assert join.residual is not None and " >= " in join.residual.sql()
+    assert not filters_over_joins(df)
+    assert "pairs kept where" in "\n".join(df.explain())
+    # every class the operator compares, BETWEEN and a timestamp minus a fixed interval; ON and WHERE alike
+    df = strategy("SELECT b.auction FROM bid b JOIN bid c ON b.auction = c.auction AND b.url > c.url "
+                  "WHERE b.date_time BETWEEN c.date_time - INTERVAL '10' SECOND AND c.date_time "
+                  "AND b.price <> c.price AND b.price < 2.5").dataflow
+    assert df is not None
+    [join] = joins(df)
+    assert join.residual is not None and len(D._conjuncts(join.residual)) == 3
+    assert not filters_over_joins(df)
+    assert [D.residual_class(c) for c in D._conjuncts(join.residual)] == ["text", "timestamptz", "integer"]
+
+
+@pytest.mark.parametrize("condition", [
+    "b.price > c.price + 1",  # arithmetic other than a timestamp and a fixed interval
+    "b.date_time > c.date_time - INTERVAL '1' DAY",  # a day is not a fixed length under time zones
+    "upper(b.url) = c.url",  # a function
+    "b.price IS DISTINCT FROM c.price",
+])
+def test_comparisons_the_join_cannot_test_stay_a_filter(condition: str) -> None:
+    df = strategy(f"SELECT b.auction FROM bid b JOIN bid c ON b.auction = c.auction WHERE {condition}").dataflow
+    assert df is not None
+    [join] = joins(df)
+    assert join.residual is None
+    assert len(filters_over_joins(df)) == 1
+
+
+def test_outer_joins_keep_comparisons_across_their_sides_above_them() -> None:
+    df = strategy("SELECT a.id FROM auction a LEFT JOIN person p ON a.seller = p.id WHERE a.category < p.id").dataflow
+    assert df is not None
+    [join] = joins(df)
+    assert join.residual is None and len(filters_over_joins(df)) == 1
+
+
+def test_a_join_keeps_the_columns_its_comparisons_read() -> None:
+    df = strategy("SELECT a.category FROM auction a JOIN bid b ON a.id = b.auction AND b.price > a.seller").dataflow
+    assert df is not None
+    left, right = below_join(df)
+    assert [len(left.columns), len(right.columns)] == [3, 2]  # id, seller, category | auction, price

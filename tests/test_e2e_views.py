@@ -69,6 +69,10 @@ VIEWS = {
     "shared_stream": "SELECT a.k, a.v, a.n FROM (SELECT k, v, count(*) AS n FROM {s} GROUP BY k, v) a "
                      "JOIN (SELECT c.k, max(c.n) AS mx FROM (SELECT k, v, count(*) AS n FROM {s} GROUP BY k, v) c "
                      "GROUP BY c.k) m ON a.k = m.k AND a.n >= m.mx",
+    # comparisons across a join's sides, tested by the join itself (dataflow.fuse_residuals):
+    # table rows retract pairs they passed, NULL v passes nothing
+    "join_residual": "SELECT s.k, t.grp, s.v, t.v AS tv FROM {s} s JOIN {t} t ON t.id = s.k AND s.v >= t.v "
+                     "WHERE s.v <> t.id",
     "shared_table": "SELECT a.grp, a.n FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) a "
                     "JOIN (SELECT max(c.n) AS mx FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) c) m "
                     "ON a.n = m.mx",
@@ -193,7 +197,7 @@ def test_view_lifecycle_and_introspection(conn, unique):
 # The stateful shapes (their state lives in Spark's state store and must survive kill -9 exactly
 # once), plus a linear view and a view over a view.
 KILL_VIEWS = ("agg", "having", "distinct", "join", "left_join", "full_join", "join_agg", "count_distinct",
-              "stream_agg", "top2", "filter", "array_agg", "shared_table")
+              "stream_agg", "top2", "filter", "array_agg", "shared_table", "join_residual")
 
 
 @pytest.fixture(scope="module")
@@ -705,6 +709,81 @@ def test_timestamps_and_dates_through_every_operator(conn, unique):
     assert conn.execute(f"SELECT id, sid FROM join_on_ts_{unique} ORDER BY id").fetchall() == [(1, 8)]
     assert conn.execute(f"SELECT at FROM top1_{unique} WHERE d = '1970-01-01'").fetchall() == \
         [(at.datetime(1970, 1, 1),)]
+
+
+def test_comparisons_a_join_tests_itself_equal_batch_for_every_type(conn, unique):
+    """Comparisons across an inner join's sides are tested by the join operator on its pairs
+    (dataflow.fuse_residuals, Residual.java), over the sides' rows as they travel between layers:
+    integers of two widths, numerics of two scales and against integers, doubles with NaN and
+    -0.0, text, timestamps minus a fixed interval, dates; NULLs pass nothing, and table rows
+    updated and deleted retract the pairs they passed."""
+    a, b = f"ra_{unique}", f"rb_{unique}"
+    conn.execute(f"CREATE TABLE {a} (id INT PRIMARY KEY, n BIGINT, p NUMERIC(10,2), x DOUBLE PRECISION, "
+                 "name TEXT, ts TIMESTAMPTZ, d DATE)")
+    conn.execute(f"CREATE STREAM {b} (id INT, n INT, p NUMERIC(12,3), x DOUBLE PRECISION, name VARCHAR, "
+                 "ts TIMESTAMPTZ, d DATE)")
+    on = "a.id = b.id"
+    views = {
+        "numbers": f"SELECT a.id, b.n, b.p FROM {a} a JOIN {b} b ON {on} AND b.n >= a.n AND b.p < a.p",
+        "mixed": f"SELECT a.id, b.n FROM {a} a JOIN {b} b ON {on} WHERE b.n > a.p AND a.x <> b.p AND b.n <= 100",
+        "doubles": f"SELECT a.id, b.x FROM {a} a JOIN {b} b ON {on} AND b.x >= a.x",
+        # (b.x = a.x would be a join key)
+        "equal_doubles": f"SELECT a.id, b.x FROM {a} a JOIN {b} b ON {on} AND b.x <= a.x AND b.x >= a.x",
+        "text": f"SELECT a.id, b.name FROM {a} a JOIN {b} b ON {on} AND b.name > a.name",
+        "times": f"SELECT a.id, b.ts FROM {a} a JOIN {b} b ON {on} "
+                 f"WHERE b.ts BETWEEN a.ts - INTERVAL '10' SECOND AND a.ts + INTERVAL '1' MINUTE AND b.d >= a.d",
+    }
+    for name, query in views.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {name}_{unique} AS {query}")
+        plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN CREATE MATERIALIZED VIEW x_{name} AS {query}"))
+        assert "pairs kept where" in plan and "Filter" not in plan.split("pairs kept where")[0], (name, plan)
+    names = {f"{name}_{unique}": query for name, query in views.items()}
+    conn.execute(f"INSERT INTO {a} VALUES "
+                 "(1, 5, 10.50, 1.5, 'm', '2024-03-01 10:00:00+00', '2024-03-01'), "
+                 "(2, 5, 10.50, 'NaN', 'b', '2024-03-01 10:00:00+00', '2024-03-01'), "
+                 "(3, NULL, NULL, NULL, NULL, NULL, NULL), "
+                 "(4, -3, -1.25, 0.0, 'zz', '1969-12-31 23:59:59.5+00', '1960-01-01')")
+    conn.execute(f"INSERT INTO {b} VALUES "
+                 "(1, 5, 10.499, 1.5, 'n', '2024-03-01 09:59:50+00', '2024-03-01'), "
+                 "(1, 6, 10.5, 1.25, 'l', '2024-03-01 09:59:49.999999+00', '2024-03-02'), "
+                 "(1, 11, 10.501, 2.0, 'm', '2024-03-01 10:01:00+00', '2024-02-29'), "
+                 "(2, 5, 10.49, 'NaN', 'ba', '2024-03-01 10:00:30+00', '2024-03-01'), "
+                 "(2, 4, 1, 'Infinity', 'a', '2024-03-01 10:01:00.000001+00', '2024-03-05'), "
+                 "(3, 1, 1, 1, 'x', '2024-03-01 10:00:00+00', '2024-03-01'), "
+                 "(4, -3, -1.251, -0.0, 'zzz', '1969-12-31 23:59:50+00', '1960-01-01'), "
+                 "(4, NULL, NULL, NULL, NULL, NULL, NULL)")
+    check_views(conn, names)
+    # NaN = NaN and -0.0 = 0.0, as in PostgreSQL
+    assert sorted(conn.execute(f"SELECT id FROM equal_doubles_{unique}").fetchall()) == [(1,), (2,), (4,)]
+    assert sorted(conn.execute(f"SELECT id, n FROM numbers_{unique}").fetchall()) == [(1, 5), (2, 5), (4, -3)]
+    conn.execute(f"UPDATE {a} SET n = 6, p = 10.6, x = 2.0, name = 'a', ts = '2024-03-01 10:00:01+00' WHERE id = 1")
+    conn.execute(f"UPDATE {a} SET n = 1, p = 20, x = 1, name = 'a', ts = '2024-03-01 10:00:00+00', d = '2024-01-01' "
+                 "WHERE id = 3")
+    conn.execute(f"DELETE FROM {a} WHERE id = 4")
+    conn.execute(f"INSERT INTO {b} VALUES (3, 2, 19.999, 'NaN', 'b', '2024-03-01 10:00:00+00', '2024-01-01')")
+    check_views(conn, names)
+    assert sorted(conn.execute(f"SELECT id, n FROM numbers_{unique}").fetchall()) == \
+        [(1, 6), (1, 11), (2, 5), (3, 1), (3, 2)]
+
+
+def test_to_timestamp_keeps_fractions_of_seconds_in_a_view(conn, unique):
+    """to_timestamp(seconds) as PostgreSQL has it, fractions kept (Spark's from_unixtime, which
+    sqlglot writes for it, drops them), in a view as ad hoc; and HOP windows, built with it."""
+    import datetime as dt
+
+    s = f"tsec_{unique}"
+    conn.execute(f"CREATE STREAM {s} (k INT, x DOUBLE PRECISION, n NUMERIC(18,6))")
+    query = f"SELECT k, to_timestamp(x) AS tx, to_timestamp(n) AS tn FROM {s}"
+    conn.execute(f"CREATE MATERIALIZED VIEW tsec_v_{unique} AS {query}")
+    conn.execute(f"INSERT INTO {s} VALUES (1, 1.5, 1.5), (2, -0.25, -0.25), (3, 1700000000.5, 1700000000.123456), "
+                 "(4, NULL, NULL)")
+    check_views(conn, {f"tsec_v_{unique}": query})
+    utc = dt.UTC
+    got = dict((k, (a, b)) for k, a, b in conn.execute(f"SELECT * FROM tsec_v_{unique}").fetchall())
+    assert got == {1: (dt.datetime(1970, 1, 1, 0, 0, 1, 500000, utc),) * 2,
+                   2: (dt.datetime(1969, 12, 31, 23, 59, 59, 750000, utc),) * 2,
+                   3: (dt.datetime(2023, 11, 14, 22, 13, 20, 500000, utc), dt.datetime(2023, 11, 14, 22, 13, 20, 123456, utc)),
+                   4: (None, None)}
 
 
 def test_array_agg_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique):

@@ -802,7 +802,15 @@ def spark_semantics(query: exp.Expression) -> exp.Expression:
 
 def _spark_epochs(query: exp.Expression) -> exp.Expression:
     """Seconds since the epoch, fractions included as in Postgres: Spark has no EXTRACT(EPOCH)
-    and its unix_timestamp() drops the fraction; unix_micros() keeps it."""
+    and its unix_timestamp() drops the fraction; unix_micros() keeps it. And back: Postgres'
+    to_timestamp(seconds) keeps the fraction, which sqlglot's CAST(FROM_UNIXTIME(x) AS
+    TIMESTAMP) drops, after formatting the time as text and parsing it again (6% of a
+    window's routing in Nexmark q5); timestamp_seconds(x) keeps it, without text."""
+    def seconds(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.UnixToTime) and not any(node.args.get(a) for a in exp.UnixToTime.arg_types if a != "this"):
+            return exp.Anonymous(this="timestamp_seconds", expressions=[node.this])
+        return node
+
     def fix(node: exp.Expression) -> exp.Expression:
         arg = None
         if isinstance(node, exp.TimeToUnix):
@@ -814,7 +822,7 @@ def _spark_epochs(query: exp.Expression) -> exp.Expression:
         micros = exp.Cast(this=exp.Anonymous(this="unix_micros", expressions=[arg]),
                           to=exp.DataType.build("DOUBLE"))
         return exp.Paren(this=exp.Div(this=micros, expression=exp.Literal.number(1000000)))
-    return query.transform(fix)
+    return query.transform(fix).transform(seconds)
 
 
 def _spark_array_aggs(query: exp.Expression) -> exp.Expression:

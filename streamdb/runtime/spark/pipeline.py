@@ -370,6 +370,10 @@ class _Compiler:
             frame = self._boundary(frame, b)
             if b == self.depth:
                 break
+            for node, op in self.op_of.items():
+                if (isinstance(node, D.Join) and node.residual is not None and D.level(node) == b + 1
+                        and "residual" not in self.layer_ops[b + 1][op].spec):
+                    raise FeatureNotSupported("internal: a join's comparisons were not compiled")
             spec = json.dumps({"ops": [{"id": o.id, "kind": o.kind, **o.spec}
                                        for o in self.layer_ops[b + 1].values()]})
             specs.append(spec)
@@ -726,7 +730,10 @@ class _Compiler:
 
     def _node_spec(self, node: Any, child: D.Node | None) -> dict[str, Any]:
         if isinstance(node, D.Join):
-            return {"join": node.kind}
+            spec: dict[str, Any] = {"join": node.kind}
+            if node.residual is not None and (node, 0) in self.schemas and (node, 1) in self.schemas:
+                spec["residual"] = self._residual_spec(node)
+            return spec
         if isinstance(node, D.Reduce):
             aggs = []
             for j, call in enumerate(node.aggs):
@@ -743,6 +750,24 @@ class _Compiler:
         if isinstance(node, D.Session):
             return {"gap": node.gap_micros, "bounds": list(node.columns[-2:])}
         return {}
+
+    def _residual_spec(self, node: D.Join) -> list[dict[str, Any]]:
+        """The comparisons the join operator tests on each pair (Residual.java): operands as
+        the fields of the side rows' JSON, compared as the encoding of their class allows."""
+        fields = {name: (side, t) for side in (0, 1) for name, t in self.schemas[(node, side)]}
+        out = []
+        for c in D._conjuncts(node.residual):
+            code = _RESIDUAL_CODES.get(D.residual_class(c) or "")
+            if code is None:
+                raise FeatureNotSupported(f"internal: a join comparison the operator cannot test: {c.sql()}")
+            if isinstance(c, exp.Between):
+                x = _residual_operand(c.this, code, fields)
+                out.append({"op": "ge", "type": code, "l": x, "r": _residual_operand(c.args["low"], code, fields)})
+                out.append({"op": "le", "type": code, "l": x, "r": _residual_operand(c.args["high"], code, fields)})
+            else:
+                out.append({"op": _RESIDUAL_OPS[type(c)], "type": code, "l": _residual_operand(c.this, code, fields),
+                            "r": _residual_operand(c.expression, code, fields)})
+        return out
 
     def _add_op(self, node: Any, kind: str, spec: dict[str, Any]) -> None:
         op = self.op_of[node]
@@ -956,6 +981,26 @@ def _node_kind(n: Any) -> str:
     return {D.Join: "join", D.Reduce: "reduce", D.TopN: "topn", D.Recompute: "arrange", D.Session: "session"}[type(n)]
 
 
+def _residual_operand(o: exp.Expression, code: str, fields: dict[str, tuple[int, str]]) -> dict[str, Any]:
+    """A join comparison's operand for Residual.java: a literal's text, or a side row's field
+    (plus a fixed interval's microseconds)."""
+    if isinstance(o, exp.Literal):
+        return {"lit": o.name}
+    add = 0
+    if isinstance(o, (exp.Add, exp.Sub)):
+        micros = D.interval_micros(o.expression)
+        assert micros is not None
+        add = micros if isinstance(o, exp.Add) else -micros
+        o = o.this
+    assert isinstance(o, exp.Column)
+    side, spark_type = fields[o.name]
+    encoding = _RESIDUAL_ENCODINGS.get(spark_type.split("(")[0])
+    numbers = ("long", "decimal") if code == "decimal" else ("long", "decimal", "double") if code == "double" else ()
+    if encoding != code and encoding not in numbers:
+        raise FeatureNotSupported(f"internal: a join comparison over {spark_type} as {code}")
+    return {"side": side, "field": o.name, "add": add}
+
+
 def _row_json(columns: tuple[str, ...], exprs: list[str], types: list[str]) -> str:
     parts = ", ".join(f"'{_esc(c)}', {_to_json_value(e, t)}" for c, e, t in zip(columns, exprs, types, strict=True))
     return f"to_json(named_struct({parts}), {JSON_OPTIONS})" if parts else "'{}'"
@@ -1016,6 +1061,15 @@ def _spark_type_name(rel: RelationDef, column: str) -> str:
 
 
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+# A join comparison's class (dataflow.residual_class) -> how Residual.java compares its values;
+# and the Spark types whose row JSON encodes values that way.
+_RESIDUAL_CODES = {"integer": "long", "timestamp": "long", "timestamptz": "long", "date": "long",
+                   "numeric": "decimal", "double": "double", "text": "string", "boolean": "bool"}
+_RESIDUAL_OPS: dict[type, str] = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt",
+                                  exp.GTE: "ge"}
+_RESIDUAL_ENCODINGS = {**{t: "long" for t in _INTEGRAL}, "timestamp": "long", "timestamp_ntz": "long", "date": "long",
+                       "decimal": "decimal", "double": "double", "float": "double", "string": "string",
+                       "boolean": "bool"}
 
 
 def _arg_class(fn: str) -> str:

@@ -79,12 +79,13 @@ public final class Operators {
         net[r.side == 0 ? 0 : 1].merge(r.row, r.w, Long::sum);
       }
     }
+    Residual.Rows parsed = s.residual == null ? null : new Residual.Rows();
     for (int me = 0; me < 2; me++) {
       for (Map.Entry<String, Long> change : net[me].entrySet()) {
         String row = change.getKey();
         long w = change.getValue();
         if (w != 0) {
-          joinOne(s, st, sides, emitted, totals, me, row, w);
+          joinOne(s, st, sides, emitted, totals, me, row, w, parsed);
         }
       }
     }
@@ -101,11 +102,15 @@ public final class Operators {
   }
 
   private static void joinOne(Spec.Op s, KeyState st, Map<String, Long>[] sides, Map<List<String>, Long> emitted,
-                              long[] totals, int me, String row, long w) {
+                              long[] totals, int me, String row, long w, Residual.Rows parsed) {
     int other = 1 - me;
     Map<String, Long> others = side(sides, other, st);
     for (Map.Entry<String, Long> e : others.entrySet()) {
-      emit(emitted, me == 0 ? row : e.getKey(), me == 0 ? e.getKey() : row, w * e.getValue());
+      String left = me == 0 ? row : e.getKey();
+      String right = me == 0 ? e.getKey() : row;
+      if (s.residual == null || s.residual.test(left, right, parsed)) {
+        emit(emitted, left, right, w * e.getValue());
+      }
     }
     boolean myOuter = me == 0 ? s.leftOuter() : s.rightOuter();
     boolean otherOuter = me == 0 ? s.rightOuter() : s.leftOuter();

@@ -59,9 +59,10 @@ public final class Spec implements Serializable {
     public final long gapMicros;            // SESSION: the gap that ends a session
     public final String startKey;           // SESSION: the window_start field of an output row, as JSON `"name":`
     public final String endKey;             // SESSION: the window_end field
+    final Residual residual;                // JOIN (inner): comparisons each emitted pair passes; or null
 
     Op(int id, Kind kind, String joinType, List<Agg> aggs, boolean global, boolean appendOnly, long limit,
-       long offset, List<SortKey> order, long gapMicros, String startKey, String endKey) {
+       long offset, List<SortKey> order, long gapMicros, String startKey, String endKey, Residual residual) {
       this.id = id;
       this.kind = kind;
       this.joinType = joinType;
@@ -74,6 +75,10 @@ public final class Spec implements Serializable {
       this.gapMicros = gapMicros;
       this.startKey = startKey;
       this.endKey = endKey;
+      this.residual = residual;
+      if (residual != null && !"inner".equals(joinType)) {
+        throw new IllegalArgumentException("join comparisons on an outer join");  // they would change its padding
+      }
     }
 
     boolean leftOuter() {
@@ -121,7 +126,8 @@ public final class Spec implements Serializable {
         String endKey = m.writeValueAsString(n.path("bounds").path(1).asText("window_end")) + ":";
         ops.put(id, new Op(id, kind, n.path("join").asText("inner"), aggs, n.path("global").asBoolean(false),
                            n.path("append_only").asBoolean(false), n.path("limit").asLong(-1),
-                           n.path("offset").asLong(0), order, n.path("gap").asLong(0), startKey, endKey));
+                           n.path("offset").asLong(0), order, n.path("gap").asLong(0), startKey, endKey,
+                           Residual.parse(n.get("residual"))));
       }
       return new Spec(ops);
     } catch (Exception e) {
