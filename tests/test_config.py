@@ -84,3 +84,15 @@ def test_spark_conf_reaches_spark_and_wins(tmp_path: Path):
     spark_conf = runtime.spark_conf()
     assert spark_conf["spark.sql.adaptive.enabled"] == "false"  # StreamDB's own default is "true"
     assert spark_conf["spark.executor.memory"] == "3g"
+
+
+def test_ad_hoc_queries_ship_spark_at_most_a_quarter_of_its_driver_heap(tmp_path: Path):
+    """Inputs over the limit are answered by the embedded engine (runtime/query.py): a 9.2M-row
+    view shipped to Spark ran its 1 GiB heap out (Nexmark q0 at 10M events)."""
+    from streamdb.runtime.spark.session import SparkRuntime, _size_bytes
+
+    assert [_size_bytes(t) for t in ("1g", "512m", "2048k", "1.5g", "4096", "2G", "1gb")] == \
+        [1 << 30, 512 << 20, 2 << 20, 3 << 29, 4096, 2 << 30, 1 << 30]
+    assert SparkRuntime("local[2]", work_dir=str(tmp_path)).max_input_bytes() == 256 << 20
+    bigger = SparkRuntime("local[2]", work_dir=str(tmp_path), conf={"spark.driver.memory": "4g"})
+    assert bigger.max_input_bytes() == 1 << 30

@@ -73,7 +73,8 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
     if override is not None and override.strip().lstrip("-").isdigit():
         threshold = int(override)  # per-session override, e.g. to force Spark in tests
     use_spark = (spark is not None and input_rows > threshold
-                 and all(not n.startswith("sys_") for n in tables))
+                 and all(not n.startswith("sys_") for n in tables)
+                 and sum(t.nbytes for t in tables.values()) <= spark.max_input_bytes())
     if use_spark and plan.params:
         raise NeedsLiterals
     if use_spark:

@@ -320,6 +320,7 @@ class SparkRuntime:
         self.gateway_launched = threading.Event()
         self.work_dir = self.base_dir / f"run-{os.getpid()}"
         self.conf: dict[str, str] = dict(conf or {})
+        self._max_input_bytes: int | None = None
         self.shuffle_partitions = shuffle_partitions
         # How long run_query waits for a session that is still starting.
         self.ready_timeout = ready_timeout
@@ -609,6 +610,14 @@ class SparkRuntime:
             raise ObjectNotInPrerequisiteState("the Spark runtime is not running")
         return spark
 
+    def max_input_bytes(self) -> int:
+        """The most input an ad hoc query ships to Spark: its inputs become DataFrames through the
+        driver's heap (`spark.driver.memory`, 1g by default), so a quarter of it. A 9.2M-row view
+        (about 1 GB of Arrow) ran the heap out; above this the embedded engine answers."""
+        if self._max_input_bytes is None:
+            self._max_input_bytes = _size_bytes(self.spark_conf().get("spark.driver.memory", "1g")) // 4
+        return self._max_input_bytes
+
     def run_query(self, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         """Run ``sql`` with each Arrow table registered as a temp view; return an Arrow table.
 
@@ -750,6 +759,15 @@ def _spark_schema(table: pa.Table) -> Any:
             ) from exc
         fields.append(StructField(field.name, spark_type, nullable=True))
     return StructType(fields)
+
+
+def _size_bytes(text: str) -> int:
+    """A JVM memory size as Spark spells it ("1g", "512m", "1024k", "2t" or bytes)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("b")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
 
 
 def _quiet_pyspark_loggers() -> None:
