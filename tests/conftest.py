@@ -39,14 +39,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: held open together while chosen (two calls to free_port() can
+    give the same port, and a server's console then could not listen)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 class ServerProcess:
     """One server process with its own data directory; restartable on the same directory and port."""
 
     def __init__(self, data_dir: Path, name: str = "server", extra_env: dict[str, str] | None = None,
                  extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
-        self.console_port = free_port()  # parallel servers must not collide on the default 6876
+        # parallel servers must not collide on the default 6876 console port
+        self.port, self.console_port = free_ports(2)
         self.host = "127.0.0.1"
         self.name = name
         self.extra_env = extra_env or {}

@@ -23,7 +23,7 @@ import psycopg
 import pyspark
 import pytest
 import yaml
-from conftest import ARTIFACTS, ROOT, free_port
+from conftest import ARTIFACTS, ROOT, free_ports
 
 from streamdb.cli import _parser
 from streamdb.config import Settings, check_network_security, load_settings
@@ -178,11 +178,11 @@ class EntrypointServer:
     """docker/entrypoint.py run as the image runs it (its ENV), but on loopback and free ports."""
 
     def __init__(self, data_dir: Path, extra_env: dict[str, str]) -> None:
-        self.port = free_port()
+        self.port, console_port = free_ports(2)
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMDB_")}
         env.update(_dockerfile_env())
         env.update({"STREAMDB_HOST": "127.0.0.1", "STREAMDB_PORT": str(self.port),
-                    "STREAMDB_CONSOLE_PORT": str(free_port()), "STREAMDB_DATA_DIR": str(data_dir),
+                    "STREAMDB_CONSOLE_PORT": str(console_port), "STREAMDB_DATA_DIR": str(data_dir),
                     "HOME": str(data_dir.parent), **extra_env})
         self.env = env
         ARTIFACTS.mkdir(exist_ok=True)
