@@ -255,8 +255,8 @@ class EngineCollector(Collector):
                 epochs.add_metric([view.name], st.epochs if st is not None else 0)
                 failed.add_metric([view.name], 1 if st is not None and st.error else 0)
         yield from (lag, staleness, last_epoch, epochs, failed)
-        state = GaugeMetricFamily("streamdb_pipeline_state_rows", "Rows a view pipeline keeps in Spark's "
-                                  "state stores (all its layers), as of its last progress report (every 5 s).",
+        state = GaugeMetricFamily("streamdb_pipeline_state_rows", "Entries a view pipeline keeps in "
+                                  "Spark's state stores (all its layers), as of its last committed batch.",
                                   labels=["pipeline"])
         for name, rows in sorted(engine.views.pipelines.state_rows().items()):
             state.add_metric([name], rows)

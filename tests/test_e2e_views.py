@@ -6,6 +6,7 @@ the same data (the embedded engine), while the view itself is maintained on Spar
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from decimal import Decimal
@@ -522,8 +523,8 @@ def test_emit_on_window_close_frees_closed_windows_state_and_survives_kill_9(fre
         conn.execute("INSERT INTO bids VALUES (1, 100000, '2024-01-01 00:00:12')")
         conn.execute("FLUSH")
         assert sorted(conn.execute("SELECT * FROM closed").fetchall()) == batch
-        # The state is the open windows' (and the watermark's), read from Spark's progress, which
-        # the server samples every 5 s: a few more micro-batches bring it up to date.
+        # The state is the open windows' (and the watermark's), counted by the operators as of
+        # the last committed batch: the emitted rows end their groups in the batches after them.
         deadline = time.monotonic() + 90
         rows = _pipeline_state_rows(fresh_server)
         while rows.get("depth-1", 1e9) > 10 and time.monotonic() < deadline:
@@ -532,6 +533,64 @@ def test_emit_on_window_close_frees_closed_windows_state_and_survives_kill_9(fre
             time.sleep(1)
             rows = _pipeline_state_rows(fresh_server)
         assert rows.get("depth-1", 1e9) <= 10, rows
+
+
+def test_state_rows_metric_counts_the_join_state_through_deletes_and_kill_9(fresh_server):
+    """streamdb_pipeline_state_rows counts what the operators keep (a join keeps each side's rows
+    and their number under each key), as of the last committed batch, through a kill -9."""
+    with fresh_server.connect() as conn:
+        conn.execute("CREATE TABLE l (id INT PRIMARY KEY, k INT, v TEXT)")
+        conn.execute("CREATE TABLE r (id INT PRIMARY KEY, k INT, w TEXT)")
+        conn.execute("CREATE MATERIALIZED VIEW lr AS SELECT l.id, l.v, r.w FROM l JOIN r ON l.k = r.k")
+        conn.execute("INSERT INTO l SELECT i, i % 10, 'v' || i FROM generate_series(1, 300) AS i")
+        conn.execute("INSERT INTO r SELECT i, i % 20, 'w' || i FROM generate_series(1, 100) AS i")
+        conn.execute("FLUSH")
+        assert conn.execute("SELECT count(*) FROM lr").fetchone() == (1500,)
+        # 300 left rows and 100 right rows, each under its key, and each of the 20 keys' row counts
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 420.0}
+        # The executor's state stores share one block cache in shards large enough for an SST's
+        # filter and index blocks (BlockCache.java): 256 MiB in 4.
+        assert "state store block cache: 256 MiB in 4 shards" in fresh_server.log_path.read_text()
+        conn.execute("DELETE FROM l WHERE id <= 50")
+        conn.execute("UPDATE r SET w = 'changed' WHERE id <= 10")  # a row out, a row in
+        conn.execute("FLUSH")
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 370.0}
+    fresh_server.kill9()
+    fresh_server.start()
+    with fresh_server.connect() as conn:
+        conn.execute("FLUSH")
+        deadline = time.monotonic() + 120  # the pipeline starts once Spark is up
+        while not _pipeline_state_rows(fresh_server) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 370.0}
+        conn.execute("INSERT INTO r VALUES (1000, 3, 'new')")
+        conn.execute("DELETE FROM r WHERE id = 100")
+        conn.execute("FLUSH")
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 370.0}
+        conn.execute("DELETE FROM l")
+        conn.execute("DELETE FROM r")
+        conn.execute("FLUSH")
+        assert conn.execute("SELECT count(*) FROM lr").fetchone() == (0,)
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 0.0}
+
+
+def test_a_view_spark_cannot_run_says_why(fresh_server):
+    """A failure inside Spark's tasks reaches the user as its cause, not as the wrappers around it
+    ("Exception thrown in awaitResult:"), and the connection stays usable."""
+    fresh_server.stop()
+    # Spark rejects these two settings together when a state store opens (in a task).
+    fresh_server.extra_env["STREAMDB_SPARK_CONF"] = json.dumps({
+        "spark.sql.streaming.stateStore.rocksdb.writeBufferCacheRatio": "0.6",
+        "spark.sql.streaming.stateStore.rocksdb.highPriorityPoolRatio": "0.6"})
+    fresh_server.start()
+    with fresh_server.connect() as conn:
+        conn.execute("CREATE STREAM s (k INT, v INT)")
+        conn.execute("INSERT INTO s VALUES (1, 2)")
+        with pytest.raises(psycopg.errors.InternalError) as failed:
+            conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, sum(v) FROM s GROUP BY k")
+        assert "Sum of writeBufferCacheRatio and highPriorityPoolRatio should be less than 1.0" in str(failed.value)
+        assert "awaitResult" not in str(failed.value)
+        assert conn.execute("SELECT k, v FROM s").fetchall() == [(1, 2)]
 
 
 def test_risingwave_watermarked_table_and_eowc_select(conn, unique):

@@ -88,6 +88,9 @@ class _Running:
     failures: int = 0
     retry_at: float | None = None
     failed: StreamDBError | None = None
+    # Entries in the pipeline's state stores, all layers, as of its last committed batch (stored
+    # with it); None for a checkpoint older than the count.
+    state_rows: int | None = None
 
 
 @dataclass
@@ -132,6 +135,10 @@ class _CloseSpec:
 _OPEN = b"eowc:"  # an EMIT ON WINDOW CLOSE view's rows of windows still open, by closing time
 _NEVER = (1 << 64) - 1
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _state_rows_key(depth: int) -> bytes:
+    return f"pipeline-state-rows:{depth}".encode()
 
 
 def _micros(value: Any) -> int | None:
@@ -265,9 +272,16 @@ class PipelineManager:
         checkpoint = self._checkpoint(depth)
         fresh = not (checkpoint / "offsets").exists()
         commit = Commit()
+        rows_key = _state_rows_key(depth)
         flows = []
         now = dt.datetime.now(dt.UTC)
         with engine.storage.snapshot() as snap:
+            if fresh:
+                commit.deletes.append((META, rows_key))
+                state_rows: int | None = 0
+            else:
+                raw = snap.get(META, rows_key)
+                state_rows = int(raw) if raw is not None else None
             for vid, df in sorted(views.items()):
                 view = catalog.by_id(vid)
                 assert view is not None
@@ -307,7 +321,7 @@ class PipelineManager:
         assert spark is not None
         pipeline = StreamingPipeline(spark.session(), f"depth-{depth}", checkpoint, partial(self._on_batch, depth),
                                      partial(self._on_failure, depth))
-        entry = _Running(depth, pipeline, key, views)
+        entry = _Running(depth, pipeline, key, views, state_rows=state_rows)
         if running is not None:
             entry.failures = running.failures
         self._running[depth] = entry
@@ -413,9 +427,10 @@ class PipelineManager:
     # ---- batches --------------------------------------------------------------------------------
 
     def _on_batch(self, depth: int, batch_id: int, offsets: dict[str, Any], tables: dict[int, pa.Table],
-                  errors: dict[int, dict[str, int]]) -> None:
+                  errors: dict[int, dict[str, int]], state_rows_added: int) -> None:
         """A pipeline batch's changes, per view: committed with the offsets they reflect (called
-        from the pipeline's sink, in a Spark callback thread)."""
+        from the pipeline's sink, in a Spark callback thread). The state's row count moves with
+        them: a replayed batch, which no view takes, counted its rows before."""
         from streamdb.runtime.spark.log_source import backfill_done
         from streamdb.runtime.views import stage_changes
 
@@ -462,7 +477,11 @@ class PipelineManager:
                     applied.append((vid, done, processed, closed_until))
             if not applied:
                 return
+            state_rows = None if running.state_rows is None else running.state_rows + state_rows_added
+            if state_rows is not None:
+                commit.puts.append((META, _state_rows_key(depth), str(state_rows).encode()))
             engine.storage.commit(commit)
+            running.state_rows = state_rows
             engine.metrics.committed(commit)
             elapsed = (time.monotonic() - started) * 1000 + (running.pipeline.last_batch_ms or 0)
             for vid, done, processed, closed_until in applied:
@@ -646,9 +665,8 @@ class PipelineManager:
         self._running.clear()
 
     def state_rows(self) -> dict[str, int]:
-        """Rows each pipeline keeps in Spark's state stores, as of its last progress report."""
-        return {f"depth-{r.depth}": r.pipeline.state_rows for r in self._running.values()
-                if r.pipeline.state_rows is not None}
+        """Entries each pipeline keeps in Spark's state stores, as of its last committed batch."""
+        return {f"depth-{r.depth}": r.state_rows for r in self._running.values() if r.state_rows is not None}
 
     def describe(self) -> list[tuple[str, int, bool, int]]:
         """(pipeline, views, active, batches) of each pipeline, for SHOW PIPELINES-like output."""

@@ -93,6 +93,7 @@ class CompiledPipeline:
     sink: dict[int, SinkView]
     specs: list[str]
     source_plan: dict[str, Any]
+    state_rows: Any  # a LongAccumulator (JVM): entries the layers added to their state stores minus removed
 
 
 # ---- rendering expressions --------------------------------------------------------------
@@ -207,7 +208,6 @@ class _Op:
 
 SEED = "seed"
 EXPIRE_SIDE = 1  # a Reduce's records that drop a group's state (Operators.EXPIRE_SIDE)
-STATE_ROWS_EVERY_SECONDS = 5.0
 
 
 @dataclass
@@ -366,6 +366,9 @@ class _Compiler:
         source = JVM_SOURCE if self.log_spec.kind == "rocksdb" else log_source.NAME
         frame = self.spark.readStream.format(source).option("plan", json.dumps(plan)).load()
         specs = []
+        # Counted by the operators (CountingKeyState.java), not by Spark's state store, which reads
+        # every key before writing it to count (stateStore.rocksdb.trackTotalNumberOfRows, off).
+        state_rows = self.spark.sparkContext._jsc.sc().longAccumulator(f"state rows, depth {self.depth}")
         for b in range(self.depth + 1):
             frame = self._boundary(frame, b)
             if b == self.depth:
@@ -378,8 +381,8 @@ class _Compiler:
                                        for o in self.layer_ops[b + 1].values()]})
             specs.append(spec)
             jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
-            frame = DataFrame(jvm.streamdb.spark.Layers.layer(frame._jdf, spec), self.spark)
-        return CompiledPipeline(frame, self.sink, specs, plan)
+            frame = DataFrame(jvm.streamdb.spark.Layers.layer(frame._jdf, spec, state_rows), self.spark)
+        return CompiledPipeline(frame, self.sink, specs, plan, state_rows)
 
     def _boundary(self, frame: DataFrame, b: int) -> DataFrame:
         """The projection after layer b (0: after the source): decode what comes out, route each
@@ -1128,8 +1131,9 @@ def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
 # ---- running a pipeline ------------------------------------------------------------------
 
 
-# (batch id, its end offsets, each view's changes, each view's error changes: message -> weight)
-BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table], dict[int, dict[str, int]]], None]
+# (batch id, its end offsets, each view's changes, each view's error changes: message -> weight,
+# the state entries its operators added minus those they removed)
+BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table], dict[int, dict[str, int]], int], None]
 FailureHandler = Callable[[StreamDBError], None]
 
 
@@ -1161,10 +1165,7 @@ class StreamingPipeline:
         self._sink_error: StreamDBError | None = None
         self.batches = 0
         self.last_batch_ms: float | None = None
-        # Rows in the pipeline's state stores (Spark's numRowsTotal, summed over its layers), read
-        # from the query's progress at most every STATE_ROWS_EVERY_SECONDS (a call into the JVM).
-        self.state_rows: int | None = None
-        self._state_rows_at = 0.0
+        self._rows_counted = 0  # the state-rows accumulator's value at the last batch
         self.last_batch_rows = 0
         self._session: SparkSession | None = None
         self._reads: _SinkReads | None = None  # what the sink takes of every batch
@@ -1299,6 +1300,9 @@ class StreamingPipeline:
         try:
             tables: dict[int, pa.Table] = {}
             table = self._collect(jdf, reads)
+            assert self.compiled is not None
+            counted = int(self.compiled.state_rows.value())  # complete: the batch's job has ended
+            added, self._rows_counted = counted - self._rows_counted, counted
             computed = time.monotonic()
             self.last_batch_rows = table.num_rows
             errors = _errors(table)
@@ -1309,18 +1313,12 @@ class StreamingPipeline:
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
             committing = time.monotonic()
-            self.on_batch(batch_id, offsets, tables, errors)
+            self.on_batch(batch_id, offsets, tables, errors, added)
         finally:
             if frame is not None:
                 frame.unpersist()
         self.batches += 1
         self.last_batch_ms = (time.monotonic() - started) * 1000
-        if self._query is not None and time.monotonic() - self._state_rows_at >= STATE_ROWS_EVERY_SECONDS:
-            self._state_rows_at = time.monotonic()
-            progress = self._query.lastProgress
-            if progress is not None:  # its `json` text has the state operators (its attributes did not)
-                operators = json.loads(progress.json).get("stateOperators") or []
-                self.state_rows = sum(int(o.get("numRowsTotal") or 0) for o in operators)
         log.info("pipeline %s: batch %d in %.0f ms (sink: Spark job %.0f ms, %d rows; commit %.0f ms)", self.name,
                  batch_id, self.last_batch_ms, (computed - started) * 1000, self.last_batch_rows,
                  (time.monotonic() - committing) * 1000)

@@ -1,5 +1,7 @@
 package streamdb.spark;
 
+import java.io.IOException;
+import java.io.ObjectInputStream;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
@@ -13,6 +15,7 @@ import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.util.LongAccumulator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -23,11 +26,23 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
   private static final long serialVersionUID = 1L;
   private final String specJson;
+  // Entries added minus removed in the layer's state store (CountingKeyState), summed on the driver.
+  private final LongAccumulator stateRows;
+  private final BlockCache.Settings blockCache;
   private transient Spec spec;
-  private transient KeyState state;
+  private transient CountingKeyState state;
 
-  public DeltaProcessor(String specJson) {
+  public DeltaProcessor(String specJson, LongAccumulator stateRows, BlockCache.Settings blockCache) {
     this.specJson = specJson;
+    this.stateRows = stateRows;
+    this.blockCache = blockCache;
+  }
+
+  // Deserialized in the executor's task before the task opens its state store: the first one
+  // makes the executor's shared block cache (BlockCache).
+  private void readObject(ObjectInputStream in) throws IOException, ClassNotFoundException {
+    in.defaultReadObject();
+    BlockCache.install(blockCache);
   }
 
   @Override
@@ -38,7 +53,7 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
     MapState<String, Long> m1 = h.getMapState("m1", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
     MapState<String, String> texts = h.getMapState("t", Encoders.STRING(), Encoders.STRING(), TTLConfig.NONE());
     ValueState<String> value = h.getValueState("v", Encoders.STRING(), TTLConfig.NONE());
-    state = new TwsKeyState(m0, m1, texts, value);
+    state = new CountingKeyState(new TwsKeyState(m0, m1, texts, value));
   }
 
   @Override
@@ -63,7 +78,12 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
     };
     List<Rec> results = new ArrayList<>();
     String k = key.isNullAt(1) ? "" : key.getString(1);
+    state.begin();
     Operators.apply(op, k, recs, state, results);
+    long added = state.takeDelta();
+    if (added != 0) {
+      stateRows.add(added);
+    }
     for (Rec r : results) {
       out.add(r.toRow());
     }

@@ -53,8 +53,15 @@ public final class Harness {
         continue;
       }
       MemoryKeyState st = states.computeIfAbsent(e.getKey(), x -> new MemoryKeyState());
+      // Counted as the pipeline counts its state rows (DeltaProcessor), checked against the maps.
+      CountingKeyState counted = new CountingKeyState(st);
+      long sizeBefore = st.size();
       List<Rec> results = new ArrayList<>();
-      Operators.apply(op, recs.get(0).k, recs.iterator(), st, results);
+      Operators.apply(op, recs.get(0).k, recs.iterator(), counted, results);
+      long added = counted.takeDelta();
+      if (st.size() - sizeBefore != added) {
+        throw new IllegalStateException("state entries counted " + added + ", changed by " + (st.size() - sizeBefore));
+      }
       if (st.isEmpty()) {
         states.remove(e.getKey());
       }

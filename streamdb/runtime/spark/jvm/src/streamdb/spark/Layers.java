@@ -6,10 +6,13 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.execution.streaming.state.RocksDBConf;
+import org.apache.spark.sql.execution.streaming.state.StateStoreConf;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.LongAccumulator;
 
 /** Entry points called from Python (py4j): one stateful layer over a stream of change records. */
 public final class Layers {
@@ -29,8 +32,11 @@ public final class Layers {
 
   private Layers() {}
 
-  /** The layer's output changes: `records` (in RECORD's columns) through the operators of `spec`. */
-  public static Dataset<Row> layer(Dataset<Row> records, String spec) {
+  /**
+   * The layer's output changes: `records` (in RECORD's columns) through the operators of `spec`;
+   * `stateRows` sums the entries the layer adds to its state store minus those it removes.
+   */
+  public static Dataset<Row> layer(Dataset<Row> records, String spec, LongAccumulator stateRows) {
     Spec.parse(spec);  // a bad spec fails here, on the driver, not in a task
     Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w")
         .mapPartitions((MapPartitionsFunction<Row, Row>) rows -> new Combiner(rows, Spec.parse(spec)),
@@ -38,7 +44,16 @@ public final class Layers {
     return input
         .groupByKey((MapFunction<Row, Row>) r -> RowFactory.create(r.getInt(0), r.isNullAt(2) ? "" : r.getString(2)),
                     Encoders.row(KEY))
-        .transformWithState(new DeltaProcessor(spec), TimeMode.None(), OutputMode.Append(), Encoders.row(RECORD));
+        .transformWithState(new DeltaProcessor(spec, stateRows, blockCache(records)), TimeMode.None(),
+                            OutputMode.Append(), Encoders.row(RECORD));
+  }
+
+  /** The state store's memory settings as Spark reads them (RocksDBConf), from the session. */
+  private static BlockCache.Settings blockCache(Dataset<Row> records) {
+    RocksDBConf conf = RocksDBConf.apply(new StateStoreConf(records.sparkSession().sessionState().conf(),
+                                                            scala.collection.immutable.Map$.MODULE$.empty()));
+    return new BlockCache.Settings(conf.boundedMemoryUsage(), conf.totalMemoryUsageMB(), conf.writeBufferCacheRatio(),
+                                   conf.highPriorityPoolRatio());
   }
 
   public static String recordSchemaJson() {

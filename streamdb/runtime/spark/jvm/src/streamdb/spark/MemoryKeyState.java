@@ -80,6 +80,11 @@ public final class MemoryKeyState implements KeyState {
     value = null;
   }
 
+  /** Entries held: rows of both multisets, texts, and the value. */
+  public long size() {
+    return m0.size() + m1.size() + texts.size() + (value == null ? 0 : 1);
+  }
+
   public boolean isEmpty() {
     return m0.isEmpty() && m1.isEmpty() && texts.isEmpty() && value == null;
   }

@@ -49,16 +49,20 @@ final class TwsKeyState implements KeyState {
 
   @Override
   public Iterator<Map.Entry<String, Long>> entries(int which) {
-    scala.collection.Iterator<Tuple2<String, Long>> it = map(which).iterator();
-    return new Iterator<Map.Entry<String, Long>>() {
+    return entriesOf(map(which).iterator());
+  }
+
+  /** A state variable's (key, value) pairs as Java map entries. */
+  private static <V> Iterator<Map.Entry<String, V>> entriesOf(scala.collection.Iterator<Tuple2<String, V>> it) {
+    return new Iterator<Map.Entry<String, V>>() {
       @Override
       public boolean hasNext() {
         return it.hasNext();
       }
 
       @Override
-      public Map.Entry<String, Long> next() {
-        Tuple2<String, Long> t = it.next();
+      public Map.Entry<String, V> next() {
+        Tuple2<String, V> t = it.next();
         return new AbstractMap.SimpleImmutableEntry<>(t._1(), t._2());
       }
     };
@@ -81,24 +85,12 @@ final class TwsKeyState implements KeyState {
 
   @Override
   public Iterator<Map.Entry<String, String>> texts() {
-    scala.collection.Iterator<Tuple2<String, String>> it = texts.iterator();
-    return new Iterator<Map.Entry<String, String>>() {
-      @Override
-      public boolean hasNext() {
-        return it.hasNext();
-      }
-
-      @Override
-      public Map.Entry<String, String> next() {
-        Tuple2<String, String> t = it.next();
-        return new AbstractMap.SimpleImmutableEntry<>(t._1(), t._2());
-      }
-    };
+    return entriesOf(texts.iterator());
   }
 
   @Override
   public String value() {
-    return value.exists() ? value.get() : null;
+    return value.get();  // null when absent: one read, where exists() then get() made two
   }
 
   @Override
