@@ -57,6 +57,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -1001,5 +1002,12 @@ def print_table(result: dict[str, Any]) -> None:
         print(line, file=sys.stderr)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    # Stopped with SIGTERM (`kill`, `pkill`), the run still stops its server and the JVM under it
+    # (the `finally` blocks), instead of leaving them running under the next benchmark.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     main()

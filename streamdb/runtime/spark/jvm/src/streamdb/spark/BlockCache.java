@@ -1,6 +1,7 @@
 package streamdb.spark;
 
 import java.lang.reflect.Field;
+import org.apache.spark.sql.execution.streaming.state.RocksDBLoader;
 import org.apache.spark.sql.execution.streaming.state.RocksDBMemoryManager$;
 import org.rocksdb.Cache;
 import org.rocksdb.LRUCache;
@@ -81,11 +82,13 @@ final class BlockCache {
           return;  // a store opened before: its cache stays
         }
         long total = conf.totalMB << 20;
+        // The native library, as Spark's store loads it (with the Kafka log nothing has yet).
+        RocksDBLoader.loadLibrary();
         Cache cache = new LRUCache(total, shardBits(total), false, conf.highPriorityRatio);
         cacheField.set(null, cache);
         managerField.set(null, new WriteBufferManager((long) (total * conf.writeBufferRatio), cache));
         LOG.info("state store block cache: {} MiB in {} shards", conf.totalMB, 1 << shardBits(total));
-      } catch (ReflectiveOperationException | RuntimeException e) {
+      } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
         LOG.warn("state store block cache left to Spark: {}", e.toString());
       }
     }
