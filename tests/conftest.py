@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -162,10 +163,31 @@ def pytest_sessionfinish() -> None:
 
 
 @contextlib.contextmanager
+def server_directory(prefix: str) -> Iterator[str]:
+    """A temporary directory for a server's data, removed at exit. Removal is retried: a process
+    outside the server's process groups (a Python worker Spark started) can still be writing
+    into it for a moment after the server is gone."""
+    # Not pytest's tmp_path: another pytest run on the machine may prune its base directory.
+    d = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield d
+    finally:
+        for attempt in range(20):
+            try:
+                shutil.rmtree(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.25)
+
+
+@contextlib.contextmanager
 def running_server(name: str) -> Iterator[ServerProcess]:
     """A started server on a data directory of its own, stopped and removed at exit."""
-    # Not pytest's tmp_path: another pytest run on the machine may prune its base directory.
-    with tempfile.TemporaryDirectory(prefix=f"streamdb-{name}-") as d:
+    with server_directory(f"streamdb-{name}-") as d:
         srv = ServerProcess(Path(d) / "data", name)
         srv.start()
         try:
@@ -184,8 +206,7 @@ def server() -> Iterator[ServerProcess]:
 @pytest.fixture()
 def fresh_server() -> Iterator[ServerProcess]:
     """A server of its own, for tests that kill or restart it."""
-    # Not pytest's tmp_path: another pytest run on the machine may prune its base directory.
-    with tempfile.TemporaryDirectory(prefix="streamdb-fresh-") as d:
+    with server_directory("streamdb-fresh-") as d:
         srv = ServerProcess(Path(d) / "data", "fresh")
         srv.start()
         try:
