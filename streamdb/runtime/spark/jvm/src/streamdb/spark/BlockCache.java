@@ -85,8 +85,15 @@ final class BlockCache {
         // The native library, as Spark's store loads it (with the Kafka log nothing has yet).
         RocksDBLoader.loadLibrary();
         Cache cache = new LRUCache(total, shardBits(total), false, conf.highPriorityRatio);
+        WriteBufferManager buffers = new WriteBufferManager((long) (total * conf.writeBufferRatio), cache);
+        // Both or neither: Spark asserts that the cache is unset while the buffer manager is.
         cacheField.set(null, cache);
-        managerField.set(null, new WriteBufferManager((long) (total * conf.writeBufferRatio), cache));
+        try {
+          managerField.set(null, buffers);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+          cacheField.set(null, null);
+          throw e;
+        }
         LOG.info("state store block cache: {} MiB in {} shards", conf.totalMB, 1 << shardBits(total));
       } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
         LOG.warn("state store block cache left to Spark: {}", e.toString());
