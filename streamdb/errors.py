@@ -130,6 +130,10 @@ class InvalidParameterValue(StreamDBError):
     sqlstate = "22023"
 
 
+class InvalidRegularExpression(StreamDBError):
+    sqlstate = "2201B"
+
+
 class FeatureNotSupported(StreamDBError):
     sqlstate = "0A000"
 

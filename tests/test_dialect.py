@@ -620,3 +620,14 @@ def test_positions_after_separated_parameters():
     assert e.value.position is not None and e.value.position <= len("SELECT $1,$2 FROM t WHERE") + 1
     statements = parse_statements("SELECT $1,$2; SELECT $1,$2")
     assert [(s.sql, s.offset) for s in statements] == [("SELECT $1,$2", 0), ("SELECT $1,$2", 14)]
+
+
+def test_regexp_extract_keeps_its_group_through_the_dialect():
+    """Plans are printed in this dialect and read back: regexp_extract's third argument is the
+    group (as DuckDB and Spark take it), not a position."""
+    node = parse_one("SELECT regexp_extract(s, '(a)(b)', 2) FROM t").find(exp.RegexpExtract)
+    assert node is not None and node.args["group"].this == "2"
+    assert node.sql(dialect="spark") == "REGEXP_EXTRACT(s, '(a)(b)', 2)"
+    assert node.sql(dialect="duckdb") == "REGEXP_EXTRACT(s, '(a)(b)', 2)"
+    assert generate(parse_one("SELECT regexp_extract(s, '(a)(b)', 2) FROM t")) == \
+        "SELECT REGEXP_EXTRACT(s, '(a)(b)', 2) FROM t"

@@ -81,6 +81,24 @@ def test_copy_overflow_is_22003(conn, prices):
     assert conn.execute(f"SELECT count(*) FROM {prices}").fetchone() == (4,)
 
 
+def test_numeric_nan_and_infinity_are_refused_not_stored_as_null(conn, prices):
+    """Stored numerics have no NaN or infinity: every way in refuses them (0A000) and stores
+    nothing, where NULL used to be stored in their place."""
+    for value, shown in (("NaN", "NaN"), ("Infinity", "Infinity"), ("-inf", "-Infinity")):
+        with pytest.raises(psycopg.errors.FeatureNotSupported,
+                           match=f'numeric value {shown} cannot be stored in column "qty"'):
+            conn.execute(f"INSERT INTO {prices} VALUES (9, 'z', 1, '{value}')")
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="cannot be stored"):
+        conn.execute(f"INSERT INTO {prices} VALUES (9, 'z', 1, %s)", (Decimal("NaN"),))
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="cannot be stored"):
+        conn.execute(f"UPDATE {prices} SET qty = 'NaN' WHERE id = 1")
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="cannot be stored"):
+        with conn.cursor() as cur, cur.copy(f"COPY {prices} FROM STDIN") as copy:
+            copy.write("9\tz\t1\tNaN\n")
+    rows = conn.execute(f"SELECT id, qty FROM {prices} ORDER BY id").fetchall()
+    assert [(i, str(q)) for i, q in rows] == [(1, "12.25"), (2, "20"), (3, "0.1"), (4, "1.5")]
+
+
 def test_bad_numeric_modifiers_are_refused(conn, unique):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="NUMERIC precision 0 must be between 1 and 1000"):
         conn.execute(f"CREATE TABLE bad_{unique} (x NUMERIC(0))")

@@ -12,7 +12,12 @@ from sqlglot import exp
 
 from streamdb import types as T
 from streamdb import values
-from streamdb.errors import DatatypeMismatch, NumericValueOutOfRange, StringDataRightTruncation
+from streamdb.errors import (
+    DatatypeMismatch,
+    FeatureNotSupported,
+    NumericValueOutOfRange,
+    StringDataRightTruncation,
+)
 
 _INT_RANGE = {
     "smallint": (-(2**15), 2**15 - 1),
@@ -100,6 +105,13 @@ def coerce(value: Any, target: T.SqlType, column: str) -> Any:
     converted = _convert(value, target, column)
     if isinstance(converted, decimal.Decimal):
         converted = values.apply_numeric_typmod(converted, target)
+        if not converted.is_finite():
+            # Stored numerics are Arrow decimals, which have no NaN or infinity: refuse rather
+            # than store NULL in its place.
+            raise FeatureNotSupported(
+                f"numeric value {values.format_text(converted, T.NUMERIC)} cannot be stored in column \"{column}\"",
+                hint="StreamDB stores numeric as a 38-digit decimal, without NaN and infinity; "
+                "double precision holds them.")
     limit = target.max_length
     if limit is not None and isinstance(converted, str) and len(converted) > limit:
         # Postgres assignment: trailing spaces past the limit are cut, anything else is refused.

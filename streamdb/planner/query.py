@@ -27,6 +27,7 @@ from streamdb.planner.functions import SQL_NAME, resolve_calls
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.plans import QueryPlan, RelationInput
+from streamdb.planner.regexps import rewrite_regexp_functions
 from streamdb.planner.typing import (
     describe_query,
     exact_numeric_avg,
@@ -632,6 +633,8 @@ def postgres_column_name(node: exp.Expression) -> str:
                 "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
                 "decimal": "numeric", "json": "json", "jsonb": "jsonb",
                 }.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
+    if isinstance(node, (exp.Paren, exp.Bracket)):  # (f(x)), f(x)[i]: named after f, as in Postgres
+        return postgres_column_name(node.this)
     if isinstance(node, (exp.Window, exp.Filter)):  # agg(...) OVER (...), agg(...) FILTER (WHERE ...)
         return postgres_column_name(node.this)
     if isinstance(node, (exp.JSONExtract, exp.JSONExtractScalar)):
@@ -699,6 +702,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
         _rewrite_asof(query, star_by_alias, resolver, ctx)
     for select in list(query.find_all(exp.Select)):
         _rewrite_with_ties(select)
+    rewrite_regexp_functions(query)
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
     refuse_non_boolean_conditions(query, inputs)

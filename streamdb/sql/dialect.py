@@ -27,6 +27,7 @@ from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError
 from sqlglot.generators.postgres import PostgresGenerator
+from sqlglot.helper import seq_get
 from sqlglot.parser import SENTINEL_NONE
 from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import Token, TokenType
@@ -178,6 +179,15 @@ class StreamDB(Postgres):
         PROPERTY_PARSERS = {
             **PostgresParser.PROPERTY_PARSERS,
             "APPEND": lambda self: self._parse_append_only(),
+        }
+
+        # regexp_extract(s, pattern, group), as DuckDB and Spark have it (Postgres has none): its
+        # third argument is the group, not a position, so plans printed in this dialect and read
+        # back keep it (planner/regexps.py writes regexp_match with it).
+        FUNCTIONS = {
+            **PostgresParser.FUNCTIONS,
+            "REGEXP_EXTRACT": lambda args: exp.RegexpExtract(
+                this=seq_get(args, 0), expression=seq_get(args, 1), group=seq_get(args, 2)),
         }
 
         # SESSION is a keyword to sqlglot (ALTER SESSION); followed by `(` it is the session
