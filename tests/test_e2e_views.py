@@ -973,19 +973,21 @@ def test_or_inside_and_keeps_its_parentheses_in_views(conn, unique):
 
 def test_regexp_match_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique):
     """regexp_match gives the first match's groups (the whole match without groups) as text[],
-    NULL without a match, with flags; and a subscript of it (Nexmark q21's channel_id)."""
+    NULL without a match, with flags; and a subscript of it (Nexmark q21's channel_id).
+    substring(s FROM pattern) is the first group (or the match)."""
     t, mv = f"rx_{unique}", f"rx_mv_{unique}"
     query = (f"SELECT id, regexp_match(url, '(&|^)channel_id=([^&]*)') AS m, "
              f"(regexp_match(url, '(&|^)channel_id=([^&]*)'))[2] AS channel, "
-             f"(regexp_match(url, 'A=(\\d+)', 'i'))[1] AS a, regexp_match(url, 'c.') AS w FROM {t}")
+             f"(regexp_match(url, 'A=(\\d+)', 'i'))[1] AS a, regexp_match(url, 'c.') AS w, "
+             f"substring(url FROM 'id=([0-9]+)') AS s, substring(url, 'A=.') AS sa FROM {t}")
     changes = [f"INSERT INTO {t} VALUES (1, 'a=1&channel_id=xyz&b'), (2, 'nochan'), (3, NULL), "
                f"(4, 'channel_id=&A=42')",
                f"UPDATE {t} SET url = 'x&channel_id=9' WHERE id = 2",
                f"DELETE FROM {t} WHERE id = 1"]
     expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, url TEXT)", query, mv,
                                    changes, ordered=False)
-    assert expected == [(2, ["&", "9"], "9", None, ["ch"]), (3, None, None, None, None),
-                        (4, ["", ""], "", "42", ["ch"])]
+    assert expected == [(2, ["&", "9"], "9", None, ["ch"], "9", None), (3, None, None, None, None, None, None),
+                        (4, ["", ""], "", "42", ["ch"], None, "A=4")]
 
 
 def test_regexp_functions_postgres_defines_differently_are_refused(conn):

@@ -6,8 +6,8 @@ must give equal row keys whichever engine computed them), so `0.908 * price` rea
 scale of every value of a column (literals, columns of numeric(p, s) or integers, and +, -, *,
 round(x, n), casts to numeric(p, s), sum, min, max over those), the view's column is declared
 numeric(38, s) and its values are stored and printed with exactly s decimals, as PostgreSQL
-prints them. Anything else (division, avg, a scale that differs between rows) keeps the
-unconstrained column.
+prints them. avg() of such a column has 16 decimals, as the same query ad hoc. Anything else
+(division, a scale that differs between rows) keeps the unconstrained column.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from streamdb.types import SqlType
 _INTEGERS = (exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
              exp.DataType.Type.BIGINT)
 MAX_SCALE = 38
+AVG_SCALE = 16  # typing._AVG_SCALE, ExactAvg.SCALE
 
 
 def fixed_scale(e: exp.Expression) -> int | None:
@@ -62,6 +63,14 @@ def fixed_scale(e: exp.Expression) -> int | None:
         return n if n is not None and n >= 0 else None
     if isinstance(e, (exp.Sum, exp.Min, exp.Max)) and not e.args.get("distinct"):
         return fixed_scale(e.this)
+    if isinstance(e, exp.Avg) and not isinstance(e.this, exp.Distinct):
+        # avg() of integers and numerics: 16 decimals, as ad hoc (typing.exact_numeric_avg).
+        t = e.this.type
+        if t is None or not (t.is_type(*_INTEGERS) or t.is_type(exp.DataType.Type.DECIMAL)):
+            return None
+        # numeric(p, s) has s decimals; integers, numeric(p) and numeric (10 stored) at most 10.
+        argument = _type_scale(t) if len(t.expressions) == 2 else 0
+        return AVG_SCALE if argument is not None and argument <= AVG_SCALE else None
     if isinstance(e, (exp.Coalesce, exp.Case)):
         parts = ([e.this, *e.expressions] if isinstance(e, exp.Coalesce)
                  else [i.args.get("true") for i in e.args.get("ifs") or []] + [e.args.get("default")])

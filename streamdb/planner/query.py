@@ -33,6 +33,7 @@ from streamdb.planner.typing import (
     exact_numeric_avg,
     keep_declared_types,
     refuse_non_boolean_conditions,
+    spark_exact_avgs,
 )
 from streamdb.planner.windows import expand_window_functions
 from streamdb.runtime import system_catalog
@@ -794,7 +795,7 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
     """Spark SQL with Postgres semantics where types decide them: sqlglot keeps integer division
     integral (Spark's `/` is always fractional) once columns are qualified and typed."""
     try:
-        return spark_semantics(_typed_copy(query, inputs)).sql(dialect="spark")
+        return spark_semantics(spark_exact_avgs(_typed_copy(query, inputs))).sql(dialect="spark")
     except Exception:  # noqa: BLE001 - some shapes defeat qualification; the plain form still runs
         return spark_semantics(query.copy()).sql(dialect="spark")
 

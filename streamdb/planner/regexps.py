@@ -10,6 +10,10 @@
 which needs the number of groups when planning: the pattern must be a constant. A group that
 takes no part in the match is '' in both engines (Postgres: NULL).
 
+`substring(s FROM pattern)` (and `substring(s, pattern)`) with a constant text pattern is
+Postgres's regular-expression substring, written the same way; DuckDB read the pattern as a
+start position.
+
 `regexp_matches` is a set-returning function in Postgres; DuckDB's function of that name is
 a boolean, which would be a wrong answer, so it is refused with a pointer to the others.
 """
@@ -25,6 +29,10 @@ from streamdb.planner.functions import SQL_NAME
 
 
 def rewrite_regexp_functions(query: exp.Expression) -> None:
+    for node in list(query.find_all(exp.Substring)):
+        start = node.args.get("start")
+        if isinstance(start, exp.Literal) and start.is_string and node.args.get("length") is None:
+            node.replace(_regex_substring(node.this, start.this))
     for call in list(query.find_all(exp.Anonymous)):
         name = str(call.this).lower()
         if name == "regexp_match":
@@ -49,10 +57,7 @@ def _regexp_match(call: exp.Anonymous) -> exp.Expression:
         if not (isinstance(flags, exp.Literal) and flags.is_string):
             raise FeatureNotSupported("regexp_match needs constant flags")
         text = _with_flags(text, flags.this)
-    try:
-        groups = re.compile(text).groups
-    except re.error as e:
-        raise InvalidRegularExpression(f"invalid regular expression: {e}") from None
+    groups = _groups(text)
     regex = exp.Literal.string(text)
     parts: list[exp.Expression] = [
         exp.RegexpExtract(this=subject.copy(), expression=regex.copy(), group=exp.Literal.number(i))
@@ -61,6 +66,25 @@ def _regexp_match(call: exp.Anonymous) -> exp.Expression:
     rewritten = exp.Paren(this=exp.Case(ifs=[exp.If(this=matches, true=exp.Array(expressions=parts))]))
     rewritten.meta[SQL_NAME] = "regexp_match"  # the output column's name, as for the call
     return rewritten
+
+
+def _regex_substring(subject: exp.Expression, pattern: str) -> exp.Expression:
+    """substring(s FROM pattern): the first group's text (the whole match without groups),
+    NULL without a match."""
+    group = 1 if _groups(pattern) else 0
+    regex = exp.Literal.string(pattern)
+    extracted = exp.RegexpExtract(this=subject.copy(), expression=regex.copy(), group=exp.Literal.number(group))
+    rewritten = exp.Paren(this=exp.Case(ifs=[exp.If(this=exp.RegexpLike(this=subject.copy(), expression=regex),
+                                                    true=extracted)]))
+    rewritten.meta[SQL_NAME] = "substring"
+    return rewritten
+
+
+def _groups(pattern: str) -> int:
+    try:
+        return re.compile(pattern).groups
+    except re.error as e:
+        raise InvalidRegularExpression(f"invalid regular expression: {e}") from None
 
 
 def _with_flags(pattern: str, flags: str) -> str:

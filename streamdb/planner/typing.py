@@ -145,6 +145,23 @@ def exact_numeric_avg(query: exp.Expression, inputs: tuple[RelationInput, ...]) 
     return copy
 
 
+def spark_exact_avgs(typed: exp.Expression) -> exp.Expression:
+    """`typed` (a typed copy, changed in place) with avg() of integers and numerics computed as
+    exact_numeric_avg computes it for the embedded engine: sdb_exact_avg (ExactAvg.java) divides
+    the exact decimal sum by the count and rounds half away from zero to 16 decimals. Spark's own
+    avg is a double for integers and has 4 decimals more than a decimal argument. The same
+    averages are left to the engine as there."""
+    for a in list(typed.find_all(exp.Avg)):
+        if isinstance(a.parent, (exp.Window, exp.Filter)) or isinstance(a.this, exp.Distinct):
+            continue
+        scale = _exact_scale(a.this.type if a.this is not None else None)
+        if scale is None:
+            continue
+        exact_sum = exp.Sum(this=exp.Cast(this=a.this.copy(), to=exp.DataType.build(f"DECIMAL(38, {scale})")))
+        a.replace(exp.Anonymous(this="sdb_exact_avg", expressions=[exact_sum, exp.Count(this=a.this.copy())]))
+    return typed
+
+
 def _exact_scale(t: exp.DataType | None) -> int | None:
     """Decimals of an exact argument type (0 for integers); None for other types."""
     if t is None:

@@ -1184,6 +1184,7 @@ class StreamingPipeline:
         from streamdb.runtime.spark import udfs
 
         udfs.register(session, udf.defined())
+        udfs.register_jvm_functions(session)
         # Small micro-batches: fixed costs dominate (one shuffle partition per core is plenty).
         session.conf.set("spark.sql.adaptive.enabled", "false")
         # Spark 4.3's nested column aliasing under a generator replaced a decoded struct by the

@@ -1,4 +1,5 @@
-"""Python UDFs (streamdb/udf.py) registered in a Spark session.
+"""Python UDFs (streamdb/udf.py) registered in a Spark session, and the JVM functions of our
+jar that the planner's Spark SQL calls (`sdb_exact_avg`, planner/typing.py).
 
 Each function is registered twice, as Arrow-optimized Python UDFs (Spark ships batches of rows to
 its Python workers as Arrow, where the executors run): `sdb_udf_<id>` returns the value and
@@ -15,7 +16,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf as spark_udf
 from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import DecimalType, StringType, StructField, StructType
 
 from streamdb import udf
 
@@ -34,8 +35,21 @@ def register(session: SparkSession, functions: list[udf.FunctionDef]) -> None:
                                        useArrow=True))
 
 
+# The planner's names for functions of streamdb/runtime/spark/jvm -> (class, Spark result type).
+JVM_FUNCTIONS = {"sdb_exact_avg": ("streamdb.spark.ExactAvg", DecimalType(38, 16))}
+
+
+def register_jvm_functions(session: SparkSession, sqls: list[str] | None = None) -> None:
+    """The jar's functions (those these SQL texts call; all without texts)."""
+    lowered = None if sqls is None else [sql.lower() for sql in sqls]  # sqlglot prints SDB_EXACT_AVG
+    for name, (cls, returns) in JVM_FUNCTIONS.items():
+        if lowered is None or any(name in sql for sql in lowered):
+            session.udf.registerJavaFunction(name, cls, returns)
+
+
 def register_used(session: SparkSession, sqls: list[str]) -> None:
     """The functions these SQL texts call."""
+    register_jvm_functions(session, sqls)
     used: dict[str, Any] = {}
     for sql in sqls:
         for f in udf.used_in(sql):

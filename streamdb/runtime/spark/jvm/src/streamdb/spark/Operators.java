@@ -5,7 +5,6 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import java.math.BigDecimal;
 import java.math.MathContext;
-import java.math.RoundingMode;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
@@ -26,7 +25,6 @@ import java.util.TreeMap;
  */
 public final class Operators {
   private static final ObjectMapper JSON = new ObjectMapper();
-  private static final int AVG_SCALE = 20;
 
   private Operators() {}
 
@@ -504,7 +502,7 @@ public final class Operators {
     if (!avg) {
       return sum.toPlainString();
     }
-    return sum.divide(BigDecimal.valueOf(c), Math.max(AVG_SCALE, sum.scale()), RoundingMode.HALF_UP).toPlainString();
+    return ExactAvg.of(sum, c).toPlainString();  // as ad hoc queries round it
   }
 
   // ---- top-N per partition -----------------------------------------------------------------
