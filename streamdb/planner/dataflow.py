@@ -945,6 +945,58 @@ def plan_dataflow(resolved: exp.Expression, inputs: tuple[RelationInput, ...], c
     return Dataflow(share_common_subplans(prune_columns(fuse_residuals(push_filters(node)))), names)
 
 
+def inline_ctes(query: exp.Expression) -> exp.Expression:
+    """`query` (resolved, before it is typed: sqlglot's qualify drops a VALUES CTE's column list)
+    with each common table expression of a non-recursive WITH written in place of the references to it, as a subquery under the reference's alias and the CTE's column list
+    (a CTE read twice is planned twice; share_common_subplans merges the copies). A CTE that is
+    a VALUES list stays one, so a join with it is the linear VALUES join."""
+    query = query.copy()
+    for with_ in list(query.find_all(exp.With)):
+        scope = with_.parent
+        if scope is None:
+            continue
+        if with_.args.get("recursive"):
+            raise Unsupported("WITH RECURSIVE")
+        ctes = list(with_.expressions)
+        with_.pop()
+        for i, cte in enumerate(ctes):
+            name = _norm(cte.alias)
+            columns = list(cte.args["alias"].columns) if cte.args.get("alias") else []
+            body = _values_of(cte.this) or cte.this
+            for later in [*ctes[i + 1:], scope]:
+                for table in list(later.find_all(exp.Table)):
+                    if table.args.get("db") or _norm(table.name) != name:
+                        continue
+                    alias = exp.TableAlias(this=exp.to_identifier(table.alias_or_name),
+                                           columns=[c.copy() for c in columns])
+                    if isinstance(body, exp.Values):  # as the parser reads `(VALUES ...) AS v(x)`
+                        inlined: exp.Expression = body.copy()
+                        inlined.set("alias", alias)
+                    else:
+                        inlined = exp.Subquery(this=body.copy(), alias=alias)
+                    table.replace(inlined)
+    return query
+
+
+def _values_of(body: exp.Expression) -> exp.Values | None:
+    """`VALUES ...` as a CTE's body, which sqlglot reads as `SELECT * FROM (VALUES ...) AS _values`."""
+    if isinstance(body, exp.Values):
+        return body
+    if not isinstance(body, exp.Select) or len(body.expressions) != 1 or not body.expressions[0].is_star:
+        return None
+    if any(body.args.get(k) for k in ("where", "group", "having", "order", "limit", "joins", "distinct")):
+        return None
+    frm = body.args.get("from_") or body.args.get("from")
+    inner = frm.this if frm is not None else None
+    if isinstance(inner, exp.Subquery):
+        inner = inner.this
+    if isinstance(inner, exp.Values):
+        values = inner.copy()
+        values.set("alias", None)
+        return values
+    return None
+
+
 # ---- filters below joins -------------------------------------------------------------------
 
 
@@ -1318,7 +1370,9 @@ def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog:
         if any(c.type is T.INTERVAL for c in rel.columns):
             return ViewStrategy(None, f"{rel.name} has an INTERVAL column, which Spark cannot read")
     try:
-        typed = _typed_copy(parse_one(resolved_sql), inputs)
+        typed = _typed_copy(inline_ctes(parse_one(resolved_sql)), inputs)
+    except Unsupported as e:
+        return ViewStrategy(None, str(e))
     except Exception as e:  # noqa: BLE001 - a shape sqlglot cannot qualify and type
         return ViewStrategy(None, f"the query could not be typed ({type(e).__name__})")
     try:
