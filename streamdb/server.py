@@ -34,7 +34,8 @@ async def run_server(settings: Settings, install_signals: tuple[signal.Signals, 
     wire = WireServer(engine, settings.host, settings.port, max_connections=settings.max_connections,
                       max_message_bytes=settings.max_message_bytes,
                       auth_method=settings.auth_method, ssl_context=ssl_context,
-                      tls_required=settings.tls_required, observer=engine.metrics)
+                      tls_required=settings.tls_required, observer=engine.metrics,
+                      authentication_timeout=settings.authentication_timeout_s)
     await wire.start()
     console = None
     if settings.console or settings.metrics:  # the web console and /metrics share one HTTP listener

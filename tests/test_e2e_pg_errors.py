@@ -192,3 +192,22 @@ def test_infinite_dates_are_a_data_error_not_an_internal_one(conn: psycopg.Conne
         assert sqlstate == "22008", (sql, sqlstate, message)
         assert message is not None and "out of the range StreamDB can return" in message
     assert conn.execute(f"SELECT d FROM {s}").fetchall() == [(dt.date(2024, 1, 1),)]
+
+
+def test_copy_refuses_an_unterminated_csv_quote_and_nul_bytes_and_stores_nothing(conn: psycopg.Connection,
+                                                                                  unique: str) -> None:
+    """An unterminated CSV quote is 22P04 (it was an internal error); a NUL byte in text is 22021
+    on the fast path of a typed stream too (pyarrow stored it)."""
+    s = f"cp_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id INT, t TEXT)")
+    with pytest.raises(psycopg.errors.BadCopyFileFormat, match="unterminated CSV quoted field"):
+        with conn.cursor() as cur, cur.copy(f"COPY {s} FROM STDIN WITH (FORMAT csv)") as copy:
+            copy.write('1,"abc\n2,x\n')
+    for options, payload in (("", "1\ta\x00b\n"), (" WITH (FORMAT csv)", "1,a\x00b\n")):
+        with pytest.raises(psycopg.errors.CharacterNotInRepertoire, match="0x00"):
+            with conn.cursor() as cur, cur.copy(f"COPY {s} FROM STDIN{options}") as copy:
+                copy.write(payload)
+    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (0,)
+    with conn.cursor() as cur, cur.copy(f"COPY {s} FROM STDIN WITH (FORMAT csv)") as copy:
+        copy.write('1,"a ""quoted"" b"\n')
+    assert conn.execute(f"SELECT id, t FROM {s}").fetchall() == [(1, 'a "quoted" b')]

@@ -1009,3 +1009,51 @@ def test_regexp_functions_postgres_defines_differently_are_refused(conn):
     with pytest.raises(psycopg.errors.InvalidRegularExpression, match="invalid regular expression"):
         conn.execute("SELECT regexp_match('abc', '(b')")
     assert conn.execute("SELECT regexp_match('abc', 'B', 'i')").fetchall() == [(["b"],)]
+
+
+def test_percentiles_and_numeric_casts_match_postgresql_ad_hoc_on_both_engines_and_in_a_view(
+        conn, postgres_server, unique):
+    """percentile_cont / percentile_disc are exact (Spark ran them as PERCENTILE_APPROX: a view's
+    median of 1, 2, 4, 5 was 2, not 3), in either order; `x::numeric` keeps the value's decimals
+    (the engines read a bare numeric as decimal(18, 3) and decimal(10, 0): round(x::numeric, 2)
+    was 17849.00 in a view, '1.23456'::numeric 1.235 ad hoc)."""
+    t, mv = f"pct_{unique}", f"pct_mv_{unique}"
+    query = (f"SELECT k, percentile_cont(0.5) WITHIN GROUP (ORDER BY v), "
+             f"percentile_cont(0.25) WITHIN GROUP (ORDER BY v DESC) AS q, "
+             f"percentile_disc(0.5) WITHIN GROUP (ORDER BY v) AS d, "
+             f"percentile_disc(0.3) WITHIN GROUP (ORDER BY v DESC) AS dd, "
+             f"round(max(v)::numeric, 2) AS r, max(s)::numeric AS n FROM {t} GROUP BY k")
+    changes = [f"INSERT INTO {t} VALUES (1, 1, 1, '1.23456'), (2, 1, 2, NULL), (3, 1, 4, '7'), "
+               f"(4, 1, 5, '0.5'), (5, 2, 17849.4512, '17849.4512'), (6, 2, NULL, NULL)",
+               f"UPDATE {t} SET v = 10 WHERE id = 2",
+               f"DELETE FROM {t} WHERE id = 4"]
+    expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, k INT, v DOUBLE PRECISION, "
+                                   f"s TEXT)", query, mv, changes, ordered=False)
+    assert expected == [(1, 4.0, 7.0, 4.0, 10.0, Decimal("10.00"), Decimal("7")),
+                        (2, 17849.4512, 17849.4512, 17849.4512, 17849.4512, Decimal("17849.45"),
+                         Decimal("17849.4512"))]
+
+
+@pytest.mark.parametrize("join", ["NATURAL JOIN", "NATURAL LEFT JOIN", "FULL JOIN {b} USING (id, g)",
+                                  "RIGHT JOIN {b} USING (g, id)"])
+def test_natural_and_using_joins_match_postgresql_ad_hoc_on_both_engines_and_in_a_view(
+        conn, postgres_server, unique, join):
+    """NATURAL JOIN joins on the columns both sides name, and `*` over it (or over USING) gives
+    each of those once, first (coalesced for FULL JOIN), as Postgres does: it gave both sides'
+    copies, so a view over it could not be made."""
+    a, b, mv = f"na_{unique}", f"nb_{unique}", f"nmv_{unique}"
+    with psycopg.connect(postgres_server, autocommit=True) as pg:
+        for c in (conn, pg):
+            c.execute(f"CREATE TABLE {b} (id INT PRIMARY KEY, g TEXT, w INT)")
+            c.execute(f"INSERT INTO {b} VALUES (1, 'x', 10), (2, 'y', 20), (4, 'z', 40)")
+        on = join.format(b=b) if "{b}" in join else f"{join} {b}"
+        query = f"SELECT * FROM {a} {on}"
+        changes = [f"INSERT INTO {a} VALUES (1, 'x', 100), (2, 'q', 200), (3, 'y', 300)",
+                   f"UPDATE {a} SET g = 'y' WHERE id = 2",
+                   f"DELETE FROM {a} WHERE id = 1"]
+        try:
+            expected = _same_as_postgresql(conn, postgres_server, f"{a} (id INT PRIMARY KEY, g TEXT, v INT)",
+                                           query, mv, changes, ordered=False)
+            assert expected, join
+        finally:
+            pg.execute(f"DROP TABLE {b}")

@@ -120,3 +120,23 @@ def test_half_sent_and_stalled_clients_do_not_block_others_and_are_freed(server)
             sock.close()
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         assert conn.execute("SELECT 2").fetchone() == (2,)
+
+
+def test_a_half_sent_startup_packet_is_dropped_after_the_authentication_timeout(fresh_server):
+    """PostgreSQL's authentication_timeout: a client that never finishes its startup packet (or
+    sends nothing at all) is disconnected, where its connection used to stay open for good."""
+    fresh_server.stop()
+    fresh_server.extra_env["STREAMDB_AUTHENTICATION_TIMEOUT_S"] = "2"
+    fresh_server.start()
+    half, silent = socket.create_connection(("127.0.0.1", fresh_server.port)), \
+        socket.create_connection(("127.0.0.1", fresh_server.port))
+    try:
+        half.sendall(b"\x00\x00\x00\x30\x00\x03\x00\x00user\x00")  # 48 bytes announced, 13 sent
+        for sock in (half, silent):
+            sock.settimeout(30)
+            assert sock.recv(1) == b""  # closed by the server, without a message
+        with fresh_server.connect() as conn:  # a client that completes its startup is served
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        half.close()
+        silent.close()

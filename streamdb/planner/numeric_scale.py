@@ -22,6 +22,7 @@ _INTEGERS = (exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType
              exp.DataType.Type.BIGINT)
 MAX_SCALE = 38
 AVG_SCALE = 16  # typing._AVG_SCALE, ExactAvg.SCALE
+STORED_SCALE = 10  # decimals of an unconstrained numeric as stored (types.py)
 
 
 def fixed_scale(e: exp.Expression) -> int | None:
@@ -119,3 +120,16 @@ def with_fixed_scales(types: list[SqlType], resolved_sql: str, inputs: tuple[Rel
         scale = fixed_scale(e) if t is T.NUMERIC else None
         out.append(T.numeric(MAX_SCALE, scale) if scale is not None and 0 <= scale <= MAX_SCALE else t)
     return out
+
+
+def unconstrained_numeric_casts(query: exp.Expression) -> exp.Expression:
+    """`query` (changed in place) with each cast to unconstrained numeric made a cast to
+    decimal(38, 10), how such values are stored (types.py). The engines read a bare DECIMAL as
+    DuckDB's decimal(18, 3) and Spark's decimal(10, 0): `'1.23456'::numeric` gave 1.235, and
+    `round(x::numeric, 2)` in a view gave 17849.00 for 17849.4512. The result column is still
+    unconstrained numeric, which prints without trailing zeros."""
+    for cast in list(query.find_all(exp.Cast)):
+        to = cast.to
+        if to.is_type(exp.DataType.Type.DECIMAL) and not to.expressions:
+            cast.set("to", exp.DataType.build(f"DECIMAL({MAX_SCALE}, {STORED_SCALE})"))
+    return query

@@ -26,6 +26,7 @@ from streamdb.planner.context import PlanContext
 from streamdb.planner.functions import SQL_NAME, resolve_calls
 from streamdb.planner.lookup import point_lookup
 from streamdb.planner.names import normalize, position_of, table_name
+from streamdb.planner.numeric_scale import unconstrained_numeric_casts
 from streamdb.planner.plans import QueryPlan, RelationInput
 from streamdb.planner.regexps import rewrite_regexp_functions
 from streamdb.planner.typing import (
@@ -417,6 +418,88 @@ def _source_aliases(select: exp.Select) -> list[tuple[str, exp.Expression]]:
     return out
 
 
+def _known_columns(src: exp.Expression, star_by_alias: dict[str, list[str]]) -> list[str] | None:
+    """The columns `*` gives for a FROM item, when it is a relation whose columns are known here."""
+    alias = normalize(src.alias_or_name) if src.alias_or_name else ""
+    expanded = _expand_one(alias, src, star_by_alias) if alias else []
+    if not expanded or any(isinstance(c, exp.Column) and isinstance(c.this, exp.Star) for c in expanded):
+        return None
+    return [c.name for c in expanded]
+
+
+def _rewrite_natural_joins(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> None:
+    """`a NATURAL JOIN b` is `a JOIN b USING (the columns both name)`, as Postgres defines it (a
+    cross join when they name none). Only over relations whose columns are known here; a NATURAL
+    JOIN with a subquery is refused rather than guessed."""
+    for select in list(ast.find_all(exp.Select)):
+        joins = select.args.get("joins") or []
+        if not any((j.args.get("method") or "").upper() == "NATURAL" for j in joins):
+            continue
+        frm = select.args.get("from_") or select.args.get("from")
+        items = [frm.this, *(j.this for j in joins)] if frm is not None else []
+        known = [_known_columns(item, star_by_alias) for item in items]
+        if not items or any(columns is None for columns in known):
+            raise FeatureNotSupported("NATURAL JOIN with a subquery or function is not supported",
+                                      hint="Name the join columns with USING (...).")
+        left: list[str] = list(known[0] or [])
+        for j, columns in zip(joins, known[1:], strict=True):
+            right = columns or []
+            if (j.args.get("method") or "").upper() == "NATURAL":
+                common = [c for c in dict.fromkeys(left) if c in right]
+                j.set("method", None)
+                if common:
+                    j.set("using", [exp.to_identifier(c, quoted=True) for c in common])
+                else:
+                    j.set("kind", "CROSS")
+            left.extend(right)
+
+
+def _using_merged(select: exp.Select, star_by_alias: dict[str, list[str]]) -> list[exp.Expression] | None:
+    """`*` over joins with USING as Postgres gives it: each USING column once, first (the left
+    side's value, the right's for RIGHT JOIN, coalesced for FULL JOIN), then the left side's other
+    columns, then the right side's. None when no join has USING or a side's columns are unknown."""
+    joins = select.args.get("joins") or []
+    if not any(j.args.get("using") for j in joins):
+        return None
+    frm = select.args.get("from_") or select.args.get("from")
+    if frm is None:
+        return None
+    def expanded(item: exp.Expression) -> list[tuple[str, exp.Expression]] | None:
+        names = _known_columns(item, star_by_alias)
+        if names is None:
+            return None
+        alias = normalize(item.alias_or_name)
+        return [(n, exp.column(n, table=alias, quoted=True)) for n in names]
+    cols = expanded(frm.this)
+    if cols is None:
+        return None
+    for j in joins:
+        right = expanded(j.this)
+        if right is None:
+            return None
+        using = [normalize(u) for u in j.args.get("using") or []]
+        if not using:
+            cols = cols + right
+            continue
+        merged: list[tuple[str, exp.Expression]] = []
+        for u in using:
+            lefts = [e for n, e in cols if n == u]
+            rights = [e for n, e in right if n == u]
+            if len(lefts) != 1 or len(rights) != 1:
+                return None  # not a column of both sides, or ambiguous: the engine reports it
+            side = (j.side or "").upper()
+            value = rights[0] if side == "RIGHT" else lefts[0]
+            if side == "FULL":
+                value = exp.Coalesce(this=lefts[0].copy(), expressions=[rights[0].copy()])
+            merged.append((u, value))
+        cols = merged + [c for c in cols if c[0] not in using] + [c for c in right if c[0] not in using]
+    out: list[exp.Expression] = []
+    for n, e in cols:
+        out.append(e.copy() if isinstance(e, exp.Column) and e.name == n else exp.Alias(
+            this=e.copy(), alias=exp.to_identifier(n, quoted=True)))
+    return out
+
+
 def _expand_stars(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> None:
     """Expand `*` over base relations here, so pseudo-columns (ROWTIME) stay out of `*`."""
     for select in list(ast.find_all(exp.Select)):
@@ -425,9 +508,13 @@ def _expand_stars(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> N
                    for p in projections):
             continue
         sources = _source_aliases(select)
+        merged = _using_merged(select, star_by_alias)
         new_proj: list[exp.Expression] = []
         for p in projections:
-            if isinstance(p, exp.Star) and not p.args.get("except") and not p.args.get("replace"):
+            if isinstance(p, exp.Star) and not p.args.get("except") and not p.args.get("replace") \
+                    and merged is not None:
+                new_proj.extend(c.copy() for c in merged)
+            elif isinstance(p, exp.Star) and not p.args.get("except") and not p.args.get("replace"):
                 for alias, src in sources:
                     new_proj.extend(_expand_one(alias, src, star_by_alias))
             elif isinstance(p, exp.Column) and isinstance(p.this, exp.Star):
@@ -634,7 +721,7 @@ def postgres_column_name(node: exp.Expression) -> str:
                 "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
                 "decimal": "numeric", "json": "json", "jsonb": "jsonb",
                 }.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
-    if isinstance(node, (exp.Paren, exp.Bracket)):  # (f(x)), f(x)[i]: named after f, as in Postgres
+    if isinstance(node, (exp.Paren, exp.Bracket, exp.WithinGroup)):  # (f(x)), f(x)[i]: named after f, as in Postgres
         return postgres_column_name(node.this)
     if isinstance(node, (exp.Window, exp.Filter)):  # agg(...) OVER (...), agg(...) FILTER (WHERE ...)
         return postgres_column_name(node.this)
@@ -697,6 +784,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     functions = resolve_calls(query, ctx)
     resolver = _Resolver(ctx, mode)
     star_by_alias = _resolve_tables(query, resolver)
+    _rewrite_natural_joins(query, star_by_alias)
     _expand_stars(query, star_by_alias)
     _rewrite_corresponding(query)
     if any(asof.is_asof(j) for j in query.find_all(exp.Join)):
@@ -719,7 +807,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
     # The engine's own avg() is a double; its array_agg and string_agg differ from Postgres' too.
-    duck_query = _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))
+    duck_query = unconstrained_numeric_casts(
+        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs))))
     # The stored SQL keeps $n placeholders (the runtime binds values before running it); it is
     # described with typed NULLs in their place. Without parameters the two are the same text,
     # generated once (duck_query is this function's own copy, see exact_numeric_avg).
@@ -802,7 +891,37 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
 
 def spark_semantics(query: exp.Expression) -> exp.Expression:
     """`query` (a copy it may change) rewritten where Spark's functions differ from Postgres'."""
-    return _spark_string_aggs(_spark_array_aggs(_spark_epochs(query)))
+    return unconstrained_numeric_casts(_spark_percentiles(_spark_string_aggs(_spark_array_aggs(_spark_epochs(query)))))
+
+
+def _spark_percentiles(query: exp.Expression) -> exp.Expression:
+    """percentile_cont / percentile_disc(p) WITHIN GROUP (ORDER BY v) as Postgres computes them.
+    sqlglot writes both as Spark's PERCENTILE_APPROX, an approximation: 2 where Postgres gives 3
+    for the median of 1, 2, 4, 5. Spark's percentile(v, p) interpolates exactly as percentile_cont
+    does; percentile_disc is the first value whose position in the ordering reaches p * count."""
+    for node in list(query.find_all(exp.WithinGroup)):
+        fn, order = node.this, node.expression
+        if not isinstance(fn, (exp.PercentileCont, exp.PercentileDisc)) or not isinstance(order, exp.Order):
+            continue
+        if len(order.expressions) != 1 or isinstance(node.parent, (exp.Window, exp.Filter)):
+            continue
+        key, fraction = order.expressions[0], fn.this
+        value, descending = key.this, bool(key.args.get("desc"))
+        if isinstance(fn, exp.PercentileCont):
+            at = exp.Sub(this=exp.Literal.number(1), expression=fraction.copy()) if descending else fraction.copy()
+            node.replace(exp.Anonymous(this="percentile", expressions=[value.copy(), at]))
+            continue
+        ordered: exp.Expression = exp.Anonymous(this="array_sort", expressions=[
+            exp.Anonymous(this="collect_list", expressions=[value.copy()])])
+        if descending:
+            ordered = exp.Anonymous(this="reverse", expressions=[ordered])
+        position = exp.Anonymous(this="greatest", expressions=[
+            exp.Cast(this=exp.Anonymous(this="ceil", expressions=[
+                exp.Mul(this=fraction.copy(), expression=exp.Count(this=value.copy()))]),
+                to=exp.DataType.build("INT")),
+            exp.Literal.number(1)])
+        node.replace(exp.Anonymous(this="try_element_at", expressions=[ordered, position]))
+    return query
 
 
 def _spark_epochs(query: exp.Expression) -> exp.Expression:

@@ -64,8 +64,9 @@ _EXTENDED_MESSAGES = frozenset(b"PBDECHS")
 # Every message type a frontend may send (PostgreSQL's SocketBackend list).
 _FRONTEND_MESSAGE_TYPES = frozenset(bytes([t]) for t in b"QPBDECSHFXdcf")
 AUTH_METHODS = ("trust", "scram-sha-256", "md5")
-# A client must finish the password exchange within this (PostgreSQL's authentication_timeout).
-_AUTHENTICATION_TIMEOUT_SECONDS = 60.0
+# A client must send its startup packet and finish the password exchange within this
+# (PostgreSQL's authentication_timeout); the server's setting authentication_timeout_s.
+DEFAULT_AUTHENTICATION_TIMEOUT_SECONDS = 60.0
 # Longest password / SASL message accepted (PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH).
 _MAX_AUTH_MESSAGE_BYTES = 65535
 
@@ -110,6 +111,7 @@ class WireServer:
         ssl_context: ssl.SSLContext | None = None,
         tls_required: bool = False,
         observer: ConnectionObserver | None = None,
+        authentication_timeout: float = DEFAULT_AUTHENTICATION_TIMEOUT_SECONDS,
     ) -> None:
         if auth_method not in AUTH_METHODS:
             raise ValueError(f"unknown auth_method {auth_method!r}")
@@ -124,6 +126,7 @@ class WireServer:
         self.ssl_context = ssl_context
         self.tls_required = tls_required
         self.observer = observer
+        self.authentication_timeout = authentication_timeout
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -386,14 +389,26 @@ class Connection:
 
     # --- startup ------------------------------------------------------------------------
 
+    async def _read_startup_bytes(self, n: int, deadline: float) -> bytes:
+        """Startup packets are read by `deadline`: a client that never finishes one is dropped
+        without a message, as PostgreSQL drops it ("incomplete startup packet")."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._read_exactly(n)
+        except TimeoutError:
+            log.info("connection %s: no complete startup packet within %g s", self.peer,
+                     self.server.authentication_timeout)
+            raise _ConnectionClosed() from None
+
     async def _startup(self) -> bool:
         """Negotiate up to ReadyForQuery. False when the connection should just close."""
         ssl_done = gss_done = False  # each encryption request is answered once, as in PostgreSQL
+        deadline = asyncio.get_running_loop().time() + self.server.authentication_timeout
         while True:
-            (length,) = struct.unpack("!i", await self._read_exactly(4))
+            (length,) = struct.unpack("!i", await self._read_startup_bytes(4, deadline))
             if length < 8 or length > pq.MAX_STARTUP_PACKET:
                 raise _FatalError(ProtocolViolation("invalid length of startup packet"))
-            body = await self._read_exactly(length - 4)
+            body = await self._read_startup_bytes(length - 4, deadline)
             (code,) = struct.unpack("!I", body[:4])
             if code == pq.SSL_REQUEST_CODE:
                 if ssl_done:
@@ -481,7 +496,7 @@ class Connection:
         self.writer.write(b"S")
         await self._flush()
         try:
-            await self.writer.start_tls(context, ssl_handshake_timeout=_AUTHENTICATION_TIMEOUT_SECONDS)
+            await self.writer.start_tls(context, ssl_handshake_timeout=self.server.authentication_timeout)
         except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as exc:
             log.info("connection %s: TLS handshake failed: %s", self.peer, exc)
             raise _ConnectionClosed() from exc
@@ -501,7 +516,7 @@ class Connection:
             log.exception("login_info failed")
             raise _FatalError(InternalError(f"internal error: {exc}")) from None
         try:
-            async with asyncio.timeout(_AUTHENTICATION_TIMEOUT_SECONDS):
+            async with asyncio.timeout(self.server.authentication_timeout):
                 if method == "md5" and login is not None and login.md5_hash:
                     accepted = await self._md5_exchange(login.md5_hash)
                 else:

@@ -59,7 +59,11 @@ def parse_copy_data(plan: CopyFromPlan, data: bytes) -> list[tuple[Any, ...]]:
         reader = csv.reader(io.StringIO(text), delimiter=plan.delimiter, quotechar=plan.quote,
                             escapechar=None if plan.escape == plan.quote else plan.escape,
                             doublequote=plan.escape == plan.quote, strict=True)
-        records = list(reader)
+        try:
+            records = list(reader)
+        except csv.Error as e:  # Postgres: 22P04 bad_copy_file_format
+            message = "unterminated CSV quoted field" if "unexpected end of data" in str(e) else f"invalid CSV data: {e}"
+            raise DataException(f"{message} for COPY, line {reader.line_num}", sqlstate="22P04") from None
         if plan.header and records:
             records = records[1:]
         for lineno, fields in enumerate(records, start=2 if plan.header else 1):
@@ -124,19 +128,21 @@ def fast_copy_table(plan: CopyFromPlan, rel: RelationDef, data: bytes) -> pa.Tab
     reader straight into Arrow columns (the log's own format), when nothing in the data or the
     stream needs more than that: integer, text, boolean and timestamptz columns, every column
     given in order, in text format no escapes but \\N for NULL, no record key, event-time column,
-    watermark or NOT NULL. Anything else (or any parse error, for its Postgres-style message)
+    watermark or NOT NULL, and no NUL byte. Anything else (or any parse error, for its Postgres-style message)
     takes the row-by-row path."""
     if (plan.format not in ("text", "csv") or rel.kind != "stream" or rel.schemaless
             or rel.key_columns or delay_of(rel) is not None or rel.timestamp_column is not None
             or list(plan.target_columns) != [c.name for c in rel.columns]
             or any(c.type not in _FAST_TYPES or c.type.max_length is not None or not c.nullable
                    for c in rel.columns)
-            or len(plan.delimiter) != 1 or b"\r" in data):
+            or len(plan.delimiter) != 1 or b"\r" in data
+            or b"\x00" in data):  # Postgres refuses NUL in text (22021): the row-by-row path says so
         return None
     csv_format = plan.format == "csv"
     if not csv_format and (plan.header or plan.null != "\\N" or b"\\" in data.replace(b"\\N", b"")):
         return None
-    if csv_format and (len(plan.quote) != 1 or len(plan.escape) != 1):
+    if csv_format and (len(plan.quote) != 1 or len(plan.escape) != 1
+                       or data.count(plan.quote.encode()) % 2):  # pyarrow takes an unterminated quote
         return None
     body = data[:-3] if data.endswith(b"\\.\n") else data
     if not body.strip():
