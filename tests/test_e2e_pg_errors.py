@@ -211,3 +211,21 @@ def test_copy_refuses_an_unterminated_csv_quote_and_nul_bytes_and_stores_nothing
     with conn.cursor() as cur, cur.copy(f"COPY {s} FROM STDIN WITH (FORMAT csv)") as copy:
         copy.write('1,"a ""quoted"" b"\n')
     assert conn.execute(f"SELECT id, t FROM {s}").fetchall() == [(1, 'a "quoted" b')]
+
+
+def test_identifiers_longer_than_63_bytes_are_truncated_with_a_notice(conn: psycopg.Connection, unique: str) -> None:
+    """As Postgres's scanner: a name past NAMEDATALEN - 1 bytes is cut (at a character boundary)
+    and a NOTICE says so, wherever it is written (it was kept whole)."""
+    long_name = f"t_{unique}_" + "x" * 70
+    cut = long_name[:63]
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(f"{d.sqlstate} {d.message_primary}"))
+    conn.execute(f'CREATE TABLE {long_name} (id INT PRIMARY KEY, "{"é" * 40}" TEXT)')
+    assert notices == [f'42622 identifier "{long_name}" will be truncated to "{cut}"',
+                       f'42622 identifier "{"é" * 40}" will be truncated to "{"é" * 31}"']
+    conn.execute(f"INSERT INTO {long_name} VALUES (1, 'a')")  # the literal INSERT path
+    conn.execute(f"INSERT INTO {cut} VALUES (2, 'b')")
+    cur = conn.execute(f"SELECT * FROM {long_name} ORDER BY id")
+    assert cur.fetchall() == [(1, "a"), (2, "b")]
+    assert [d.name for d in cur.description or ()] == ["id", "é" * 31]
+    assert conn.execute("SELECT relname FROM pg_class WHERE relname = %s", (cut,)).fetchall() == [(cut,)]

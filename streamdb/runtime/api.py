@@ -52,6 +52,8 @@ class Statement:
     offset: int = 0  # where `sql` starts in the original query string (for error positions)
     # Values for the $n of `ast` when it is the template of literal SQL (sql/literals.py).
     params: tuple[Any, ...] | None = None
+    # NOTICEs from parsing it (identifiers truncated to 63 bytes), sent when it runs.
+    notices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

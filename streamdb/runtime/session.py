@@ -18,6 +18,7 @@ from streamdb.errors import (
     FeatureNotSupported,
     InFailedTransaction,
     InternalError,
+    Notice,
     QueryCanceled,
     StreamDBError,
     UndefinedObject,
@@ -216,7 +217,7 @@ class EngineSession:
         except StreamDBError as e:
             self.engine.metrics.statement_unparsed(e.sqlstate)
             raise
-        statements = [Statement(p.sql, p.ast, p.offset) for p in parsed]
+        statements = [Statement(p.sql, p.ast, p.offset, notices=p.notices) for p in parsed]
         if template is not None and len(statements) == 1:
             self._learn_template(template, statements[0])
         return statements
@@ -234,7 +235,7 @@ class EngineSession:
             return None
         if not all(_fits(v, t) for v, t in zip(template.values, types, strict=True)):
             return None  # out of the column type's range: the full path compares as Postgres does
-        return Statement(sql, statement.ast, 0, template.values)
+        return Statement(sql, statement.ast, 0, template.values, notices=statement.notices)
 
     def _learn_template(self, template: Template, literal: Statement) -> None:
         """Remember whether this shape may skip parsing from now on (a point lookup)."""
@@ -310,7 +311,10 @@ class EngineSession:
         started = time.perf_counter()
         sqlstate: str | None = None
         try:
-            return await self._execute(statement, params)
+            result = await self._execute(statement, params)
+            if statement.notices:  # Postgres sends them first: they come from reading the text
+                result.notices[:0] = [Notice(n, sqlstate="42622") for n in statement.notices]
+            return result
         except StreamDBError as e:
             sqlstate = e.sqlstate
             raise

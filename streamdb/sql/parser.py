@@ -86,13 +86,15 @@ class ParsedStatement:
     ast: exp.Expression
     sql: str  # the statement's own text, from its first token to its last (no semicolon)
     offset: int  # 0-based index of sql in the full text
+    # Postgres's NOTICEs from reading it: identifiers truncated to NAMEDATALEN - 1 bytes.
+    notices: tuple[str, ...] = ()
 
 
 def parse_statements(text: str) -> list[ParsedStatement]:
     """Splits `text` on top-level semicolons and parses each statement. Empty statements
     (";;", only comments) are dropped. Raises SyntaxErrorSQL."""
     literal_insert = _LITERAL_INSERTS.read(text)
-    if literal_insert is not None:
+    if literal_insert is not None and not _long_target_name(text):
         tree, start, end = literal_insert
         return [ParsedStatement(ast=tree, sql=text[start:end], offset=start)]
     return _parse_statements(text)
@@ -238,7 +240,37 @@ def _failed_token_start(text: str, error: TokenError, tokens: list[Token]) -> in
 _MISSING_DELIMITER = re.compile(r"Missing .+ from \d+:(\d+)")
 
 
+MAX_IDENTIFIER_BYTES = 63  # Postgres's NAMEDATALEN - 1
+_INSERT_TARGET = re.compile(r"\s*insert\s+into\s+(.*?)\bvalues\b", re.IGNORECASE | re.DOTALL)
+_NAME_PART = re.compile(r'"(?:[^"]|"")*"|[^\s,().]+')
+
+
+def _long_target_name(text: str) -> bool:
+    """Whether an INSERT's table or column names need truncating (and a NOTICE): the literal
+    INSERT scanner leaves that to the parser."""
+    target = _INSERT_TARGET.match(text)
+    return target is not None and any(
+        len(part.strip('"').encode("utf-8")) > MAX_IDENTIFIER_BYTES for part in _NAME_PART.findall(target.group(1)))
+
+
+def _truncate_identifiers(chunk: list[Token]) -> tuple[str, ...]:
+    """Identifiers longer than 63 bytes cut to 63 (at a character boundary), as Postgres's
+    scanner does; one NOTICE each, in Postgres's words."""
+    notices = []
+    for token in chunk:
+        if token.token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
+            continue
+        encoded = token.text.encode("utf-8")
+        if len(encoded) <= MAX_IDENTIFIER_BYTES:
+            continue
+        cut = encoded[:MAX_IDENTIFIER_BYTES].decode("utf-8", errors="ignore")
+        notices.append(f'identifier "{token.text}" will be truncated to "{cut}"')
+        token.text = cut
+    return tuple(notices)
+
+
 def _parse_one(text: str, chunk: list[Token], terminator: Token | None) -> ParsedStatement:
+    notices = _truncate_identifiers(chunk)
     parser = StreamDB.Parser(error_level=ErrorLevel.IMMEDIATE, dialect=_DIALECT)
     parser.strict_statements = True
     try:
@@ -254,7 +286,7 @@ def _parse_one(text: str, chunk: list[Token], terminator: Token | None) -> Parse
     if tree.find(exp.Command) is not None:  # the dialect refuses these; belt and braces
         raise _syntax_error(text, chunk[0], terminator)
     start, end = chunk[0].start, chunk[-1].end + 1
-    return ParsedStatement(ast=tree, sql=text[start:end], offset=start)
+    return ParsedStatement(ast=tree, sql=text[start:end], offset=start, notices=notices)
 
 
 def _syntax_error(text: str, token: Token | None, terminator: Token | None) -> SyntaxErrorSQL:
