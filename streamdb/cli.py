@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+import threading
 
 from streamdb.config import load_settings
 from streamdb.errors import StreamDBError
@@ -47,6 +48,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _deeper_recursion() -> None:
+    """sqlglot parses and plans by recursion, ~20 Python frames per level of nesting: with
+    Python's default limit of 1,000 a statement with 50 nested parentheses failed (54001). 20,000
+    frames take 8 MB of C stack at most here (measured: a RecursionError, not a crash, at that
+    depth on the main thread); worker threads, which plan long statements, get 64 MB."""
+    sys.setrecursionlimit(20_000)
+    threading.stack_size(64 * 1024 * 1024)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cli = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
@@ -61,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("py4j", "sqlglot"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    _deeper_recursion()
     from streamdb.server import run_server
 
     try:

@@ -230,6 +230,17 @@ class ProgramLimitExceeded(StreamDBError):
     sqlstate = "54000"
 
 
+class StatementTooComplex(StreamDBError):
+    """54001: a statement nested deeper than the planner can follow (Postgres: its stack)."""
+
+    sqlstate = "54001"
+
+    def __init__(self) -> None:
+        super().__init__("stack depth limit exceeded",
+                         hint="The statement nests too deeply (parentheses, CASE, subqueries or a long chain "
+                              "of operators); write it with fewer levels.")
+
+
 class ObjectNotInPrerequisiteState(StreamDBError):
     sqlstate = "55000"
 

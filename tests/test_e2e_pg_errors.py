@@ -229,3 +229,42 @@ def test_identifiers_longer_than_63_bytes_are_truncated_with_a_notice(conn: psyc
     assert cur.fetchall() == [(1, "a"), (2, "b")]
     assert [d.name for d in cur.description or ()] == ["id", "é" * 31]
     assert conn.execute("SELECT relname FROM pg_class WHERE relname = %s", (cut,)).fetchall() == [(cut,)]
+
+
+def test_deep_nesting_is_54001_and_moderate_nesting_runs(conn: psycopg.Connection, unique: str) -> None:
+    """Postgres answers 54001 `stack depth limit exceeded` for statements nested past its stack;
+    these were internal errors (Python's RecursionError), and 50 nested parentheses already failed."""
+    too_deep = ["SELECT " + "(" * 5000 + "1" + ")" * 5000,
+                "SELECT " + "CASE WHEN true THEN " * 2000 + "1" + " END" * 2000,
+                "SELECT " + "(SELECT " * 500 + "1" + ")" * 500,
+                "SELECT " + "+".join(["1"] * 20000)]
+    for sql in too_deep:
+        for prepare in (False, True):
+            with pytest.raises(psycopg.errors.StatementTooComplex, match="stack depth limit exceeded"):
+                conn.execute(sql, prepare=prepare)
+    fine = ["SELECT " + "(" * 200 + "1" + ")" * 200,
+            "SELECT " + "CASE WHEN true THEN " * 100 + "1" + " END" * 100,
+            "SELECT " + "(SELECT " * 30 + "1" + ")" * 30,
+            "SELECT " + "+".join(["1"] * 500)]
+    for sql, expected in zip(fine, (1, 1, 1, 500), strict=True):
+        assert conn.execute(sql).fetchone() == (expected,)
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_generate_series_with_a_zero_step_is_22023_ad_hoc_and_in_a_view(conn: psycopg.Connection, unique: str) -> None:
+    """DuckDB gave no rows and Spark an internal error where Postgres says 22023."""
+    for sql in ("SELECT generate_series(1, 2, 0)", "SELECT * FROM generate_series(1, 3, 0)"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="step size cannot equal zero"):
+            conn.execute(sql)
+    t, mv = f"gz_{unique}", f"gz_mv_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, x INT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 1)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS SELECT id, generate_series(1, 2, x) AS s FROM {t}")
+    conn.execute(f"UPDATE {t} SET x = 0 WHERE id = 1")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="step size cannot equal zero"):
+        conn.execute("FLUSH")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="step size cannot equal zero"):
+        conn.execute(f"SELECT * FROM {mv}")
+    conn.execute(f"UPDATE {t} SET x = 1 WHERE id = 1")  # the cause gone, the view recovers
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT * FROM {mv}").fetchall()) == [(1, 1), (1, 2)]

@@ -364,6 +364,33 @@ def _is_aggregate(node: exp.Expression) -> bool:
     return _bare_aggregate(node) and not isinstance(node.parent, exp.Filter)
 
 
+def _shared_by_all_sets(node: exp.Expression) -> list[exp.Expression]:
+    """The expressions in every set of a GROUPING SETS (none for ROLLUP and CUBE)."""
+    if not isinstance(node, exp.GroupingSets):
+        return []
+    sets: list[dict[str, exp.Expression]] = []
+    for item in node.expressions:
+        members: list[Any] = list(item.expressions) if isinstance(item, exp.Tuple) else [
+            item.unnest() if isinstance(item, exp.Paren) else item]
+        sets.append({m.sql(dialect="postgres"): m for m in members})
+    if not sets:
+        return []
+    return [m for k, m in sets[0].items() if all(k in other for other in sets[1:])]
+
+
+_GENERATORS = (exp.Explode, exp.Posexplode, exp.Inline, exp.Unnest, exp.GenerateSeries, exp.ExplodingGenerateSeries)
+_SET_RETURNING_NAMES = {"generate_series", "unnest", "jsonb_array_elements", "json_array_elements",
+                        "jsonb_array_elements_text", "json_array_elements_text", "jsonb_each", "json_each",
+                        "jsonb_each_text", "json_each_text", "jsonb_object_keys", "json_object_keys",
+                        "regexp_split_to_table", "regexp_matches", "string_to_table"}
+
+
+def _set_returning(node: Any) -> bool:
+    if isinstance(node, _GENERATORS):
+        return True
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() in _SET_RETURNING_NAMES
+
+
 def _has_subquery(node: exp.Expression) -> bool:
     return any(isinstance(n, (exp.Subquery, exp.Select, exp.Exists)) for n in node.walk() if n is not node) or \
         isinstance(node, (exp.Subquery, exp.Exists))
@@ -595,6 +622,10 @@ class Lowering:
         items = _expand_stars(s.expressions, env)
         exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in items]
         names = [e.alias_or_name for e in items]
+        if any(_set_returning(n) for e in exprs for n in e.walk()):
+            # A row becomes several: no Map can say that, and Spark refuses a generator inside
+            # the routing's CASE. The query runs as a batch instead (unnest in views).
+            raise Unsupported("a set-returning function in the select list")
         having = s.args.get("having")
         group = s.args.get("group")
         has_agg = any(_bare_aggregate(n) for e in exprs for n in e.walk()) or (
@@ -608,9 +639,17 @@ class Lowering:
         post: Env | None = None
         group_exprs: list[exp.Expression] = []
         if group is not None or has_agg:
-            if group is not None and (group.args.get("grouping_sets") or group.args.get("cube")
-                                      or group.args.get("rollup")):
-                raise Unsupported("GROUPING SETS, CUBE and ROLLUP")
+            grouped: list[exp.Expression] = list(group.expressions) if group is not None else []
+            sets = [g for g in grouped if isinstance(g, (exp.GroupingSets, exp.Cube, exp.Rollup))]
+            if sets:
+                if not top or order is not None or limit is not None or distinct is not None:
+                    raise Unsupported("GROUPING SETS, CUBE and ROLLUP below the top of the view")
+                # Each output row depends on the input rows that agree on the keys every grouping
+                # set has: the plain GROUP BY keys and what all of a GROUPING SETS' sets share
+                # (ROLLUP and CUBE have the empty set, so none).
+                shared = [g for g in grouped if g not in sets] + [k for g in sets for k in _shared_by_all_sets(g)]
+                partition = [self.rewrite(k, env) for k in shared]
+                return self.recompute(s, node, env, partition, "GROUPING SETS, CUBE and ROLLUP"), names
             group_exprs = [self.rewrite(g, env) for g in (group.expressions if group is not None else [])]
             calls: list[tuple[exp.Expression, AggCall | None]] = []
             for e in [*exprs, *([having.this] if having is not None else []),

@@ -766,4 +766,19 @@ def rewrite_for_duckdb(ast: exp.Expression, ctx: PlanContext) -> exp.Expression:
     Mutates and returns `ast` (pass a copy to keep the original). Raises UndefinedTable for
     `'x'::regclass` naming no relation.
     """
-    return _Rewriter(ctx).rewrite(ast)
+    return _nonzero_series_steps(_Rewriter(ctx).rewrite(ast))
+
+
+def _nonzero_series_steps(ast: exp.Expression) -> exp.Expression:
+    """generate_series(a, b, 0) is an error in Postgres (22023); DuckDB gives no rows."""
+    for series in list(ast.find_all(exp.GenerateSeries, exp.ExplodingGenerateSeries)):
+        step = series.args.get("step")
+        if step is None or (isinstance(step, exp.Literal) and step.is_number and float(step.this) != 0):
+            continue
+        checked = exp.Case(ifs=[exp.If(this=exp.EQ(this=step.copy(), expression=exp.Literal.number(0)),
+                                       true=_call("error", _lit(ZERO_STEP)))], default=step.copy())
+        series.set("step", checked)
+    return ast
+
+
+ZERO_STEP = "step size cannot equal zero"

@@ -891,7 +891,19 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
 
 def spark_semantics(query: exp.Expression) -> exp.Expression:
     """`query` (a copy it may change) rewritten where Spark's functions differ from Postgres'."""
-    return unconstrained_numeric_casts(_spark_percentiles(_spark_string_aggs(_spark_array_aggs(_spark_epochs(query)))))
+    return unconstrained_numeric_casts(_spark_groupings(_spark_percentiles(
+        _spark_string_aggs(_spark_array_aggs(_spark_epochs(query))))))
+
+
+def _spark_groupings(query: exp.Expression) -> exp.Expression:
+    """Postgres's grouping(a, b, ...) is a bit mask, `a` the highest bit: Spark's grouping_id(a,
+    b, ...), whose grouping() takes one column (sqlglot kept the call: a syntax error in Spark).
+    Postgres types it integer."""
+    for node in list(query.find_all(exp.Grouping)):
+        if len(node.expressions) > 1:
+            node.replace(exp.Cast(this=exp.Anonymous(this="grouping_id", expressions=[e.copy() for e in node.expressions]),
+                                  to=exp.DataType.build("INT")))
+    return query
 
 
 def _spark_percentiles(query: exp.Expression) -> exp.Expression:

@@ -16,6 +16,7 @@ import zoneinfo
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
@@ -236,3 +237,25 @@ def json_default(v: Any) -> Any:
 
 def dumps_event(event: dict[str, Any]) -> str:
     return json.dumps(event, default=json_default, separators=(",", ":"))
+
+
+def consolidated(delta: pa.Table, columns: list[str]) -> pa.Table:
+    """`delta` (rows with WEIGHT) reduced to `columns` (what a query reads of it) and WEIGHT, equal
+    rows' weights summed and rows whose weights cancel left out. So a query over the changes never
+    evaluates a row that is not there any more: a row an UPDATE wrote and a later one retracted
+    (in one delta, with other rowtimes) still failed its view (generate_series with a zero step)
+    after the cause was gone. Unchanged when nothing is retracted or a column cannot be grouped."""
+    if delta.num_rows < 2 or WEIGHT not in delta.column_names:
+        return delta
+    if not pc.any(pc.less(delta.column(WEIGHT), 0)).as_py():
+        return delta
+    keys = [n for n in columns if n in delta.column_names and n != WEIGHT]
+    if any(pa.types.is_nested(delta.schema.field(n).type) for n in keys):
+        return delta  # lists and structs cannot be grouped
+    schema = pa.schema([delta.schema.field(n) for n in [*keys, WEIGHT]])
+    if not keys:
+        return delta
+    summed = delta.select([*keys, WEIGHT]).group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
+    summed = summed.rename_columns([WEIGHT if n == f"{WEIGHT}_sum" else n for n in summed.column_names])
+    kept = summed.filter(pc.not_equal(summed.column(WEIGHT), 0))
+    return kept.select([*keys, WEIGHT]).cast(schema)

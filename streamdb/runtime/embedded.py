@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from streamdb import errors, udf
 from streamdb import types as T
+from streamdb.planner import pg_functions
 
 _local = threading.local()
 # Connections are opened only once this is set: the engine clears it while Spark's JVM is
@@ -160,6 +161,10 @@ _FUNC = re.compile(r'Scalar Function with name (\w+) does not exist|Function wit
 def translate_error(e: Exception) -> errors.StreamDBError:
     """DuckDB's error classes and messages -> Postgres SQLSTATEs and Postgres-like wording."""
     msg = str(e)
+    if "Max expression depth limit" in msg:  # DuckDB's guard for its own stack (Postgres: 54001)
+        return errors.StatementTooComplex()
+    if pg_functions.ZERO_STEP in msg:  # raised by the rewritten generate_series
+        return errors.InvalidParameterValue(pg_functions.ZERO_STEP)
     first = msg.split("\n", 1)[0]
     text = first.split(": ", 1)[1] if ": " in first else first
     if isinstance(e, duckdb.BinderException):

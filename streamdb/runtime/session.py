@@ -20,6 +20,7 @@ from streamdb.errors import (
     InternalError,
     Notice,
     QueryCanceled,
+    StatementTooComplex,
     StreamDBError,
     UndefinedObject,
 )
@@ -213,7 +214,10 @@ class EngineSession:
             if hit is not None:
                 return [hit]
         try:
-            parsed = parse_statements(sql)
+            try:
+                parsed = parse_statements(sql)
+            except RecursionError:
+                raise StatementTooComplex() from None
         except StreamDBError as e:
             self.engine.metrics.statement_unparsed(e.sqlstate)
             raise
@@ -295,8 +299,8 @@ class EngineSession:
             return PreparedStatement(st, (), cursor.columns if cursor is not None else None)
         try:
             types, columns = planner.describe(st.ast, self._ctx(), param_types)
-        except StreamDBError:
-            raise
+        except RecursionError:
+            raise StatementTooComplex() from None
         # Execute binds values with these types; keep them so it need not describe again.
         self._param_types[id(st.ast)] = (st.ast, types)
         while len(self._param_types) > PARAM_TYPES_KEPT:
@@ -380,6 +384,9 @@ class EngineSession:
             raise
         except asyncio.CancelledError:
             raise
+        except RecursionError:  # planning a deeply nested statement (Postgres: 54001)
+            self._fail()
+            raise StatementTooComplex() from None
         except Exception as e:  # noqa: BLE001 - any bug becomes XX000, the connection stays up
             log.exception("internal error running %r", redact_sql(statement.sql))  # no passwords in logs
             self._fail()

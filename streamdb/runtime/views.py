@@ -93,6 +93,9 @@ class ViewStatus:
     # Maintained by a streaming pipeline (runtime/pipelines.py): its name; None: the epoch driver.
     pipeline: str | None = None
     strategy: str | None = None  # what SHOW QUERIES shows in brackets
+    # The input offsets the failing epoch read (None: not known): FLUSH waits for another try
+    # once the inputs have moved past them, since the writes after it may have removed the cause.
+    failed_at: dict[int, tuple[int, ...]] | None = None
 
 
 def _as_is(arrow_type: pa.DataType, t: T.SqlType) -> bool:
@@ -581,10 +584,11 @@ class ViewMaintainer:
                 if done is not None:
                     applied.append((item, done))
             except StreamDBError as e:
-                self._record_error(item.view, item.st, e)
+                self._record_error(item.view, item.st, e, attempted=item.offsets)
             except Exception as e:  # noqa: BLE001
                 log.exception("view %s failed", item.view.name)
-                self._record_error(item.view, item.st, InternalError(f"{type(e).__name__}: {e}"))
+                self._record_error(item.view, item.st, InternalError(f"{type(e).__name__}: {e}"),
+                                   attempted=item.offsets)
         if not applied:
             return
         try:
@@ -596,7 +600,7 @@ class ViewMaintainer:
         engine.metrics.committed(level_commit)
         for item, done in applied:
             done()
-            item.st.error = None
+            item.st.error = item.st.failed_at = None
             item.st.error_sqlstate = None
 
     def _run_level(self, spark: Any, work: list[_Work],
@@ -692,8 +696,9 @@ class ViewMaintainer:
             fused.update(i for i, _, _ in items)
         return sqls, decoders, fused
 
-    def _record_error(self, view: RelationDef, st: ViewStatus, e: StreamDBError) -> None:
-        st.error, st.error_sqlstate = e.message, e.sqlstate
+    def _record_error(self, view: RelationDef, st: ViewStatus, e: StreamDBError,
+                      attempted: dict[int, tuple[int, ...]] | None = None) -> None:
+        st.error, st.error_sqlstate, st.failed_at = e.message, e.sqlstate, attempted
         log.warning("view %s: %s", view.name, e.message)
 
     def _query_inputs(self, plan: QueryPlan, changes_only: bool, processed: dict[int, tuple[int, ...]],
@@ -708,7 +713,8 @@ class ViewMaintainer:
                 raise ObjectNotInPrerequisiteState(f'input "{inp.registered_name}" of the query no longer exists')
             offsets[rel.id] = self.engine.reader.end_offsets(rel, snap)
             if changes_only:
-                delta = self.engine.reader.read_delta(rel, snap, processed.get(rel.id, ()))
+                delta = C.consolidated(self.engine.reader.read_delta(rel, snap, processed.get(rel.id, ())),
+                                       [name for name, _ in inp.columns])
                 tables[delta_name(inp.registered_name)] = with_planned_columns(delta, inp.columns)
             else:
                 tables[inp.registered_name] = with_planned_columns(self.engine.reader.read_state(rel, snap),
@@ -1061,8 +1067,11 @@ class ViewMaintainer:
                         done_at[v.id] = ()
                         continue
                     st = self.status.get(v.id)
-                    if st is not None and st.error is not None and not st.error_in_rows:
-                        # A failed view cannot catch up; say so, and do not hold up the others.
+                    if st is not None and st.error is not None and not st.error_in_rows and (
+                            st.failed_at is None or _reached(st.failed_at, {
+                                d: base_targets[d] for d in v.depends_on if d in base_targets})):
+                        # A view that failed on all the input this FLUSH waits for cannot catch
+                        # up; say so, and do not hold up the others.
                         self._report_failing(v, st, failing, notices, brought_up=False)
                         done_at[v.id] = self.engine.reader.end_offsets(v, snap)
                         continue

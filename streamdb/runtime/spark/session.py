@@ -44,6 +44,7 @@ from streamdb.errors import (
     DivisionByZero,
     FeatureNotSupported,
     InternalError,
+    InvalidParameterValue,
     InvalidTextRepresentation,
     NumericValueOutOfRange,
     ObjectNotInPrerequisiteState,
@@ -227,6 +228,9 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
         cls = SyntaxErrorSQL
     if cls is None and sqlstate:
         cls = _BY_SQLSTATE.get(sqlstate)
+    if cls is None and "Illegal sequence boundaries" in message and message.rstrip().endswith("by 0"):
+        # generate_series(a, b, 0): Spark's sequence() asserts; Postgres says 22023.
+        return InvalidParameterValue("step size cannot equal zero", detail=detail)
     if cls is None:
         if condition == "UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION" or type_name == "PySparkTypeError":
             return FeatureNotSupported(message, detail=detail)
