@@ -268,3 +268,57 @@ def test_generate_series_with_a_zero_step_is_22023_ad_hoc_and_in_a_view(conn: ps
     conn.execute(f"UPDATE {t} SET x = 1 WHERE id = 1")  # the cause gone, the view recovers
     conn.execute("FLUSH")
     assert sorted(conn.execute(f"SELECT * FROM {mv}").fetchall()) == [(1, 1), (1, 2)]
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("CREATE TABLE {n} (id INT PRIMARY KEY, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)",
+     "a table with both a WATERMARK and a PRIMARY KEY is not supported"),
+    ("CREATE TABLE {n} (id INT, ts TIMESTAMP, PRIMARY KEY (id), WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)",
+     "a table with both a WATERMARK and a PRIMARY KEY is not supported"),
+    ("CREATE TABLE {n} (id INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH TTL",
+     r"WATERMARK \.\.\. WITH TTL is not supported"),
+    ("CREATE TABLE {n} (id INT PRIMARY KEY, v INT) ON CONFLICT DO NOTHING",
+     r"CREATE TABLE \.\.\. ON CONFLICT is not supported"),
+    ("CREATE TABLE {n} (id INT PRIMARY KEY, v INT, ver INT) WITH VERSION COLUMN(ver)",
+     "WITH VERSION COLUMN is not supported"),
+    ("CREATE TABLE {n} (id INT, p STRUCT<a INT, b VARCHAR>)", "STRUCT columns are not supported"),
+    ("CREATE INDEX {n} ON {n}_t (v)", "CREATE INDEX is not supported"),
+    ("CREATE MATERIALIZED VIEW {n} AS WITH sub AS CHANGELOG FROM {n}_t SELECT * FROM sub",
+     "AS CHANGELOG FROM is not supported"),
+    ("CREATE MATERIALIZED VIEW {n} AS SELECT * FROM {n}_s AS a JOIN {n}_t FOR SYSTEM_TIME AS OF PROCTIME() AS b "
+     "ON a.id = b.id", r"a temporal join \(FOR SYSTEM_TIME AS OF\) is not supported in a materialized view"),
+], ids=["watermark-inline-key", "watermark-table-key", "ttl", "create-on-conflict", "version-column", "struct",
+        "create-index", "changelog", "temporal-join-view"])
+def test_risingwave_forms_streamdb_lacks_are_refused_by_name(conn: psycopg.Connection, unique: str, sql: str,
+                                                             message: str) -> None:
+    """RisingWave's forms without an equivalent here are refused with 0A000 and a message naming
+    them (they were syntax errors, 42704, or a temporal join kept like a regular one)."""
+    n = f"rw_{unique}"
+    conn.execute(f"CREATE TABLE {n}_t (id INT PRIMARY KEY, v INT)")
+    conn.execute(f"CREATE STREAM {n}_s (id INT, w INT)")
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match=message):
+        conn.execute(sql.format(n=n))
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_approx_percentile_is_the_exact_percentile_ad_hoc_and_in_a_view(conn: psycopg.Connection, unique: str) -> None:
+    """RisingWave's approx_percentile(p [, error]) WITHIN GROUP (ORDER BY v): the exact value
+    (percentile_cont), which is within any error bound, on both engines and in a view."""
+    t, mv = f"ap_{unique}", f"ap_mv_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, v DOUBLE PRECISION)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 1, 1), (2, 1, 2), (3, 1, 4), (4, 1, 5), (5, 2, 7)")
+    query = (f"SELECT k, approx_percentile(0.5) WITHIN GROUP (ORDER BY v), "
+             f"approx_percentile(0.25, 0.01) WITHIN GROUP (ORDER BY v DESC) AS q FROM {t} GROUP BY k")
+    conn.execute(f"CREATE MATERIALIZED VIEW {mv} AS {query}")
+    conn.execute(f"DELETE FROM {t} WHERE id = 4")
+    conn.execute("FLUSH")
+    expected = [(1, 2.0, 3.0), (2, 7.0, 7.0)]
+    cur = conn.execute(f"{query} ORDER BY k")
+    assert cur.fetchall() == expected
+    assert [d.name for d in cur.description or ()] == ["k", "approx_percentile", "q"]
+    conn.execute("SET streamdb.spark_read_threshold_rows = 0")
+    try:
+        assert conn.execute(f"{query} ORDER BY k").fetchall() == expected
+    finally:
+        conn.execute("RESET streamdb.spark_read_threshold_rows")
+    assert conn.execute(f"SELECT * FROM {mv} ORDER BY k").fetchall() == expected

@@ -9,6 +9,7 @@ from streamdb.catalog import ColumnDef
 from streamdb.errors import DuplicateColumn, FeatureNotSupported, StreamDBError, SyntaxErrorSQL
 from streamdb.planner.names import normalize, position_of
 from streamdb.sql.ast import StreamColumnRole
+from streamdb.sql.parser import WATERMARK_AND_KEY_HINT as _WATERMARK_AND_KEY_HINT
 
 RESERVED = {"rowtime", "op"}
 
@@ -22,13 +23,17 @@ def column_type(kind: exp.DataType | None, where: exp.Expression) -> T.SqlType:
         if kind.is_type(exp.DataType.Type.ARRAY) or spelled.endswith("]"):
             raise FeatureNotSupported(f"array columns are not yet supported: {spelled}",
                                       position=position_of(where))
+        if kind.is_type(exp.DataType.Type.STRUCT, exp.DataType.Type.MAP):  # RisingWave's STRUCT<...>, MAP(...)
+            raise FeatureNotSupported(f"{kind.this.name} columns are not supported: {spelled.lower()}",
+                                      position=position_of(where),
+                                      hint="Use a jsonb column for nested values.")
         raise StreamDBError(f'type "{spelled.lower()}" does not exist', sqlstate="42704",
                             position=position_of(where))
     return t
 
 
 def column_defs(defs: list[exp.ColumnDef], *, stream: bool,
-                external: bool = False) -> tuple[tuple[ColumnDef, ...], tuple[str, ...]]:
+                external: bool = False, watermarked_table: bool = False) -> tuple[tuple[ColumnDef, ...], tuple[str, ...]]:
     """ColumnDefs and inline PRIMARY KEY columns."""
     out: list[ColumnDef] = []
     inline_pk: list[str] = []
@@ -53,6 +58,9 @@ def column_defs(defs: list[exp.ColumnDef], *, stream: bool,
             if isinstance(kind, exp.NotNullColumnConstraint):
                 nullable = bool(kind.args.get("allow_null"))
             elif isinstance(kind, exp.PrimaryKeyColumnConstraint):
+                if stream and watermarked_table:  # RisingWave's CREATE TABLE (..., WATERMARK FOR ...)
+                    raise FeatureNotSupported("a table with both a WATERMARK and a PRIMARY KEY is not supported",
+                                              position=position_of(d), hint=_WATERMARK_AND_KEY_HINT)
                 if stream:
                     raise FeatureNotSupported("streams have no primary key; use KEY for the record key",
                                               position=position_of(d))

@@ -47,7 +47,8 @@ def plan(stmt: CreateStream, ctx: PlanContext, sql: str) -> CreateRelationPlan:
     opts: StreamOptions = validate_options(StreamOptions, property_values(stmt.args.get("properties")), "stream")
     reject_connector_options(opts, bool(stmt.args.get("external")))
     defs = stmt.args.get("columns")
-    columns, _ = column_defs(defs or [], stream=True, external=bool(stmt.args.get("external")))
+    columns, _ = column_defs(defs or [], stream=True, external=bool(stmt.args.get("external")),
+                             watermarked_table=bool(stmt.args.get("table")))
     schemaless = defs is None or len(defs) == 0
     ts_col = normalize(opts.timestamp) if opts.timestamp else None
     if ts_col is not None and not schemaless:

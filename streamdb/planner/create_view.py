@@ -15,7 +15,7 @@ from streamdb.planner import query as query_planner
 from streamdb.planner.aggregate import incremental_aggregate
 from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import is_time_dependent, linear_delta_sql
-from streamdb.planner.names import normalize, table_name
+from streamdb.planner.names import normalize, position_of, table_name
 from streamdb.planner.numeric_scale import with_fixed_scales
 from streamdb.planner.plans import CreateViewPlan
 from streamdb.planner.windows import interval_seconds
@@ -67,6 +67,15 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
                                         hint="A derived relation or view is always maintained from its inputs' "
                                              "whole history.")
         body = body.this
+    for table in body.find_all(exp.Table):
+        if table.args.get("version") is not None:
+            # A temporal join reads the table as it was when each row arrived and never revisits
+            # it; a view's join here is kept equal to the join of the current contents, which
+            # would give other rows (RisingWave's temporal join tests).
+            raise FeatureNotSupported(
+                "a temporal join (FOR SYSTEM_TIME AS OF) is not supported in a materialized view",
+                hint="Join the table without FOR SYSTEM_TIME AS OF: the view then follows the table's "
+                     "changes, rows already joined included.", position=position_of(table))
     eowc_input: int | None = None
     if isinstance(body, S.EmitOnWindowClose):
         q = query_planner.plan_query(body.this, ctx)

@@ -19,7 +19,13 @@ from sqlglot.optimizer.qualify import qualify
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
-from streamdb.errors import FeatureNotSupported, StreamDBError, UndefinedColumn, UndefinedTable
+from streamdb.errors import (
+    FeatureNotSupported,
+    StreamDBError,
+    UndefinedColumn,
+    UndefinedFunction,
+    UndefinedTable,
+)
 from streamdb.planner import asof, pg_functions, privileges
 from streamdb.planner.coerce import NotALiteral, TypedValue
 from streamdb.planner.context import PlanContext
@@ -526,6 +532,20 @@ def _expand_stars(ast: exp.Expression, star_by_alias: dict[str, list[str]]) -> N
         select.set("expressions", new_proj)
 
 
+def _rewrite_approx_percentiles(query: exp.Expression) -> None:
+    """RisingWave's approx_percentile(p [, relative_error]) WITHIN GROUP (ORDER BY v) as the exact
+    percentile_cont(p): within any error bound, the same on every engine and in a view."""
+    for node in list(query.find_all(exp.WithinGroup)):
+        fn = node.this
+        if not (isinstance(fn, exp.Anonymous) and str(fn.this).lower() == "approx_percentile"):
+            continue
+        if len(fn.expressions) not in (1, 2):
+            raise UndefinedFunction("approx_percentile takes a fraction and an optional relative error")
+        exact = exp.PercentileCont(this=fn.expressions[0].copy())
+        fn.replace(exact)
+        node.meta[SQL_NAME] = "approx_percentile"
+
+
 def _rewrite_corresponding(query: exp.Expression) -> None:
     """`a UNION [ALL] CORRESPONDING [BY (c, ...)] b` (and INTERSECT, EXCEPT), as the SQL standard
     and RisingWave define it: the columns both sides name (in the left side's order, or BY's),
@@ -792,6 +812,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     for select in list(query.find_all(exp.Select)):
         _rewrite_with_ties(select)
     rewrite_regexp_functions(query)
+    _rewrite_approx_percentiles(query)
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
     refuse_non_boolean_conditions(query, inputs)

@@ -16,7 +16,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from streamdb.errors import SyntaxErrorSQL
+from streamdb.errors import FeatureNotSupported, SyntaxErrorSQL
 from streamdb.sql import ast
 from streamdb.sql.dialect import BlamedParseError, StreamDB
 from streamdb.sql.literal_insert import LiteralInsertReader
@@ -269,6 +269,43 @@ def _truncate_identifiers(chunk: list[Token]) -> tuple[str, ...]:
     return tuple(notices)
 
 
+# RisingWave's forms StreamDB does not have: a statement that fails to parse and holds one of
+# these word sequences is refused by name (0A000) rather than as a syntax error.
+_RISINGWAVE_ONLY: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("WITH", "TTL"), "WATERMARK ... WITH TTL", "Closed windows of EMIT ON WINDOW CLOSE views are freed by the "
+     "watermark; other state is kept."),
+    (("VERSION", "COLUMN"), "WITH VERSION COLUMN", "A table keeps the last write per primary key."),
+    (("AS", "CHANGELOG"), "AS CHANGELOG FROM", "SELECT STREAM or SUBSCRIBE reads a relation's changes."),
+    (("CREATE", "TABLE", "ON", "CONFLICT"), "CREATE TABLE ... ON CONFLICT",
+     "A table keeps the last write per primary key (ON CONFLICT OVERWRITE)."),
+)
+
+
+WATERMARK_AND_KEY_HINT = ("A table with a WATERMARK is append-only here (a stream): drop the PRIMARY KEY, "
+                           "or the WATERMARK for a table whose rows change.")
+
+
+def _risingwave_only(chunk: list[Token]) -> FeatureNotSupported | None:
+    words = [" ".join(t.text.upper().split()) for t in chunk]  # PRIMARY KEY is one token
+    if words[:2] == ["CREATE", "TABLE"] and "WATERMARK" in words and (at := _find(words, ("PRIMARY KEY",))) >= 0:
+        return FeatureNotSupported("a table with both a WATERMARK and a PRIMARY KEY is not supported",
+                                   hint=WATERMARK_AND_KEY_HINT, position=chunk[at].start + 1)
+    for sequence, what, hint in _RISINGWAVE_ONLY:
+        if sequence[:2] == ("CREATE", "TABLE"):  # the statement's kind, then the words anywhere
+            at = _find(words, sequence[2:]) if words[:2] == ["CREATE", "TABLE"] else -1
+        else:
+            at = _find(words, sequence)
+        if at >= 0:
+            return FeatureNotSupported(f"{what} is not supported", hint=hint, position=chunk[at].start + 1)
+    return None
+
+
+def _find(words: list[str], sequence: tuple[str, ...]) -> int:
+    """Where `sequence` starts in `words`, or -1."""
+    n = len(sequence)
+    return next((i for i in range(len(words) - n + 1) if tuple(words[i:i + n]) == sequence), -1)
+
+
 def _parse_one(text: str, chunk: list[Token], terminator: Token | None) -> ParsedStatement:
     notices = _truncate_identifiers(chunk)
     parser = StreamDB.Parser(error_level=ErrorLevel.IMMEDIATE, dialect=_DIALECT)
@@ -276,10 +313,10 @@ def _parse_one(text: str, chunk: list[Token], terminator: Token | None) -> Parse
     try:
         trees = parser.parse(chunk, text)
     except BlamedParseError as error:
-        raise _syntax_error(text, error.token, terminator) from None
+        raise _risingwave_only(chunk) or _syntax_error(text, error.token, terminator) from None
     except ParseError:
         # Raised without going through raise_error: blame where the parser stopped.
-        raise _syntax_error(text, parser._curr or None, terminator) from None
+        raise _risingwave_only(chunk) or _syntax_error(text, parser._curr or None, terminator) from None
     tree = trees[0] if len(trees) == 1 else None
     if not isinstance(tree, exp.Expression) or not isinstance(tree, STATEMENT_TYPES):
         raise _syntax_error(text, chunk[0], terminator)
