@@ -322,3 +322,17 @@ def test_approx_percentile_is_the_exact_percentile_ad_hoc_and_in_a_view(conn: ps
     finally:
         conn.execute("RESET streamdb.spark_read_threshold_rows")
     assert conn.execute(f"SELECT * FROM {mv} ORDER BY k").fetchall() == expected
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_text('/etc/hostname')",
+    "SELECT * FROM read_parquet('/tmp/x.parquet')",
+    "SELECT * FROM read_json('http://127.0.0.1:1/x.json')",
+])
+def test_queries_cannot_read_the_servers_files(conn: psycopg.Connection, sql: str) -> None:
+    """The embedded engine's file and URL readers answered any client with the server's files
+    (`SELECT * FROM read_csv('/etc/passwd')`); its external access is off."""
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="reading files or URLs from a query is not allowed"):
+        conn.execute(sql)
+    assert conn.execute("SELECT 1").fetchone() == (1,)

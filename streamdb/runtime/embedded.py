@@ -44,7 +44,10 @@ def connection() -> duckdb.DuckDBPyConnection:
     con = getattr(_local, "con", None)
     if con is None:
         launch_gate.wait(GATE_TIMEOUT_SECONDS)
-        con = duckdb.connect(":memory:")
+        # No file system or network from SQL: `SELECT * FROM read_csv('/etc/passwd')` or
+        # read_text() would read the server's files for any client (registered Arrow inputs and
+        # the built-in extensions still work).
+        con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _setup(con)
         interrupted = threading.Event()
         _install_pg_sleep(con, interrupted)
@@ -165,6 +168,9 @@ def translate_error(e: Exception) -> errors.StreamDBError:
         return errors.StatementTooComplex()
     if pg_functions.ZERO_STEP in msg:  # raised by the rewritten generate_series
         return errors.InvalidParameterValue(pg_functions.ZERO_STEP)
+    if isinstance(e, duckdb.PermissionException):  # a file or URL read from SQL (see connection())
+        return errors.InsufficientPrivilege("reading files or URLs from a query is not allowed",
+                                            hint="Load data with COPY FROM STDIN, INSERT or a source connector.")
     first = msg.split("\n", 1)[0]
     text = first.split(": ", 1)[1] if ": " in first else first
     if isinstance(e, duckdb.BinderException):
