@@ -299,3 +299,16 @@ def test_stored_view_rows_round_trip_with_utc_times_as_integers() -> None:
                 if getattr(v, "tzinfo", None) in (zone, UTC)] == [True] * sum(
             getattr(v, "tzinfo", None) in (zone, UTC) for v in row)
         assert C.decode_view_row(pickle.dumps((row, 2), protocol=5)) == (row, 2)  # the earlier form
+
+
+def test_a_delta_is_consolidated_on_the_columns_a_query_reads():
+    """An UPDATE and the one after it: the row between them is inserted and retracted in one
+    delta (with other rowtimes), so it must not reach the view's query at all."""
+    delta = pa.table({"id": [1, 1, 1, 1, 2], "x": [1, 0, 0, 1, float("nan")], "rowtime": [1, 2, 3, 3, 4],
+                      C.WEIGHT: pa.array([-1, 1, -1, 1, 1], pa.int64())})
+    out = C.consolidated(delta, ["id", "x"])
+    assert out.column_names == ["id", "x", C.WEIGHT]
+    (row,) = out.to_pylist()  # (1, 1) and (1, 0) cancel; rowtime is not read, so not compared
+    assert row["id"] == 2 and row["x"] != row["x"] and row[C.WEIGHT] == 1
+    inserts_only = delta.slice(4)
+    assert C.consolidated(inserts_only, ["id", "x"]) is inserts_only  # nothing retracted: as it is
