@@ -41,7 +41,7 @@ class Settings(BaseModel):
     max_connections: int = Field(100, ge=1)
     # A client must send its startup packet and authenticate within this (PostgreSQL's
     # authentication_timeout); otherwise its connection is closed.
-    authentication_timeout_s: float = Field(60.0, gt=0, le=600)
+    authentication_timeout_s: int = Field(60, ge=1, le=600)
     # A push query's changes waiting for a slow client; past this it ends with SQLSTATE 53000.
     subscriber_buffer_changes: int = Field(100_000, ge=1)
     # Limits (docs/limits.md). A client message longer than this closes the connection (08P01).
