@@ -100,24 +100,29 @@ async def _replace_view(ctx: ExecContext, rel: RelationDef, tag: str) -> Executi
     in one catalog commit, the old view is dropped and the new one takes its name (and its owner
     and grants). A new definition that fails leaves the old view as it was."""
     engine = ctx.engine
-    async with engine.ddl_lock:
-        existing = engine.catalog.snapshot().get(rel.name)
-        if existing is None or existing.kind != "materialized_view":
-            raise DuplicateTable(f'relation "{rel.name}" already exists') if existing is not None else \
-                UndefinedTable(f'materialized view "{rel.name}" was dropped while it was being replaced')
-        _check_replaceable(ctx, existing, rel)
-        staging = replace(rel, name=_staging_name(engine.catalog.snapshot(), rel.name), owner=existing.owner,
-                          grants=existing.grants)
-        commit, added, snapshot = engine.catalog.plan_change(add=[staging])
-        await engine.storage.commit_async(commit)
-        engine.catalog.applied(snapshot)
-        staging = added[0]
+    adding: asyncio.Future[None] | None = None
     try:
+        async with engine.ddl_lock:
+            existing = engine.catalog.snapshot().get(rel.name)
+            if existing is None or existing.kind != "materialized_view":
+                raise DuplicateTable(f'relation "{rel.name}" already exists') if existing is not None else \
+                    UndefinedTable(f'materialized view "{rel.name}" was dropped while it was being replaced')
+            _check_replaceable(ctx, existing, rel)
+            staging = replace(rel, name=_staging_name(engine.catalog.snapshot(), rel.name), owner=existing.owner,
+                              grants=existing.grants)
+            commit, added, snapshot = engine.catalog.plan_change(add=[staging])
+            staging = added[0]
+            # Shielded: a statement timeout landing in this commit left the staging view in the
+            # catalog with nothing to remove it (seen under load; after a restart the view read
+            # rows of another layout).
+            adding = asyncio.ensure_future(_commit_and_apply(engine, commit, snapshot))
+            await asyncio.shield(adding)
         # Fails, and removes the staging view, if the new definition cannot be computed.
         await _hydrate(ctx, staging.name, tag, shown_name=rel.name)
     except BaseException:
         # A timeout or a cancelled statement too: the old view stays, the new one must not linger.
-        await asyncio.shield(_remove_if_present(engine, staging.id))
+        if adding is not None:
+            await asyncio.shield(_remove_once_added(adding, engine, staging.id))
         raise
     async with engine.ddl_lock:
         catalog = engine.catalog.snapshot()
@@ -172,6 +177,20 @@ async def drop_pending(engine: Any, rel_ids: list[int]) -> None:
     await engine.storage.commit_async(commit)
     for rel_id in rel_ids:
         engine.reader.forget(rel_id)
+
+
+async def _commit_and_apply(engine: Any, commit: Any, snapshot: Any) -> None:
+    await engine.storage.commit_async(commit)
+    engine.catalog.applied(snapshot)
+
+
+async def _remove_once_added(adding: asyncio.Future[None], engine: Any, rel_id: int) -> None:
+    """Remove a staging view once the commit that adds it is done (if it was done at all)."""
+    try:
+        await adding
+    except Exception:  # noqa: BLE001 - the add failed: there is nothing to remove
+        return
+    await _remove_if_present(engine, rel_id)
 
 
 async def _remove_if_present(engine: Any, rel_id: int) -> None:
