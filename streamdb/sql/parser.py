@@ -275,7 +275,7 @@ _RISINGWAVE_ONLY: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("WITH", "TTL"), "WATERMARK ... WITH TTL", "Closed windows of EMIT ON WINDOW CLOSE views are freed by the "
      "watermark; other state is kept."),
     (("VERSION", "COLUMN"), "WITH VERSION COLUMN", "A table keeps the last write per primary key."),
-    (("AS", "CHANGELOG"), "AS CHANGELOG FROM", "SELECT STREAM or SUBSCRIBE reads a relation's changes."),
+    (("AS", "CHANGELOG", "FROM"), "AS CHANGELOG FROM", "SELECT STREAM or SUBSCRIBE reads a relation's changes."),
     (("CREATE", "TABLE", "ON", "CONFLICT"), "CREATE TABLE ... ON CONFLICT",
      "A table keeps the last write per primary key (ON CONFLICT OVERWRITE)."),
 )
