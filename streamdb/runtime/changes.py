@@ -252,9 +252,9 @@ def consolidated(delta: pa.Table, columns: list[str]) -> pa.Table:
     keys = [n for n in columns if n in delta.column_names and n != WEIGHT]
     if any(pa.types.is_nested(delta.schema.field(n).type) for n in keys):
         return delta  # lists and structs cannot be grouped
-    schema = pa.schema([delta.schema.field(n) for n in [*keys, WEIGHT]])
     if not keys:
         return delta
+    schema = pa.schema([delta.schema.field(n) for n in [*keys, WEIGHT]])
     summed = delta.select([*keys, WEIGHT]).group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
     summed = summed.rename_columns([WEIGHT if n == f"{WEIGHT}_sum" else n for n in summed.column_names])
     kept = summed.filter(pc.not_equal(summed.column(WEIGHT), 0))
