@@ -36,3 +36,24 @@ def test_file_source_reads_new_files_and_keeps_bad_lines(server, conn, unique):
             conn.execute(f"CREATE SOURCE CONNECTOR esc_{unique} FILE WITH (path = '{path}')")
         assert "outside the server's file root" in str(e.value)
     conn.execute(f"DROP CONNECTOR files_{unique} CASCADE")
+
+
+def test_file_source_leaves_out_late_events_and_counts_them(server, conn, unique):
+    """A record older than its stream's watermark is a good record but late: it is left out of
+    the stream (no view sees it), counted, and the source moves past it (no dead letter)."""
+    folder = server.data_dir / "files" / f"late_{unique}"
+    folder.mkdir(parents=True)
+    seconds = [10, 20, 12, 16, 30]  # watermark 15 after 20: 12 is late, 16 is not
+    (folder / "001.jsonl").write_text("".join(
+        json.dumps({"id": i, "ts": f"2024-01-01T00:00:{s:02d}Z"}) + "\n" for i, s in enumerate(seconds)))
+    conn.execute(f"CREATE SOURCE CONNECTOR late_files_{unique} FILE WITH (path = 'late_{unique}')")
+    conn.execute(f"CREATE EXTERNAL STREAM ev_{unique} (id INT, ts TIMESTAMPTZ, "
+                 f"WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH (connector = 'late_files_{unique}', "
+                 "value_format = 'json', pattern = '*.jsonl')")
+    conn.execute(f"CREATE MATERIALIZED VIEW ev_ids_{unique} AS SELECT id FROM ev_{unique}")
+    wait_for(conn, f"SELECT count(*), sum(id) FROM ev_{unique}", [(4, 0 + 1 + 3 + 4)])
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT id FROM ev_ids_{unique}").fetchall()) == [(0,), (1,), (3,), (4,)]
+    assert dict(conn.execute(f"DESCRIBE ev_{unique}").fetchall())["late events"] == "1"
+    assert conn.execute(f"SELECT count(*) FROM ev_{unique}_errors").fetchone() == (0,)
+    conn.execute(f"DROP CONNECTOR late_files_{unique} CASCADE")

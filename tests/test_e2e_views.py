@@ -6,6 +6,7 @@ the same data (the embedded engine), while the view itself is maintained on Spar
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import time
@@ -453,14 +454,23 @@ def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
     assert conn.execute(f"SELECT n, top FROM {live}").fetchall() == [(2, 20)]
     insert((2, 5, 16))  # watermark 00:00:11 closes [00:00, 00:10)
     assert conn.execute(f"SELECT window_start, n, top FROM {final}").fetchall() == [(t0, 2, 20)]
-    insert((3, 99, 2))  # late: older than the watermark; counted, kept, not applied to closed windows
+    # Late: older than the watermark (00:00:11). As RisingWave's watermark filter, the stream
+    # leaves it out (so no view, window or join sees it), counts it and says so.
+    warnings: list[tuple[str | None, ...]] = []
+    conn.add_notice_handler(lambda d: warnings.append((d.severity, d.sqlstate, d.message_primary)))
+    late = conn.execute(f"INSERT INTO {s} VALUES (3, 99, '{t0 + 2 * sec}'), (5, 7, '{t0 + 11 * sec}')")
+    assert late.statusmessage == "INSERT 0 1"  # the on-time row only
+    assert warnings == [
+        ("WARNING", "01000", f'1 row was not added to stream "{s}": older than its watermark '
+                             "(now 2024-01-01 00:00:11+00:00)")]
+    conn.execute("FLUSH")
     assert conn.execute(f"SELECT window_start, n, top FROM {final}").fetchall() == [(t0, 2, 20)]
     assert sorted(conn.execute(f"SELECT window_start, n, top FROM {live}").fetchall()) == [
-        (t0, 3, 99), (t0 + 10 * sec, 1, 5)]
-    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (4,)  # nothing is dropped
+        (t0, 2, 20), (t0 + 10 * sec, 2, 7)]
+    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (4,)
     insert((4, 1, 30))  # watermark 00:00:25 closes [00:10, 00:20)
     assert sorted(conn.execute(f"SELECT window_start, n, top FROM {final}").fetchall()) == [
-        (t0, 2, 20), (t0 + 10 * sec, 1, 5)]
+        (t0, 2, 20), (t0 + 10 * sec, 2, 7)]
     desc = dict(conn.execute(f"DESCRIBE {s}").fetchall())
     assert desc["late events"] == "1" and desc["watermark"].startswith("ts - 5 seconds (now 2024-01-01 00:00:25")
     queries = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
@@ -472,7 +482,7 @@ def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
     batch = sorted(conn.execute(f"SELECT window_start, n, top FROM ({windows}) w "
                                 f"WHERE window_end <= TIMESTAMP '2024-01-01 00:00:25' AND window_start >= "
                                 f"TIMESTAMP '2024-01-01 00:00:10'").fetchall())
-    assert batch == [(t0 + 10 * sec, 1, 5)]
+    assert batch == [(t0 + 10 * sec, 2, 7)]
     with pytest.raises(psycopg.errors.FeatureNotSupported):
         conn.execute(f"CREATE TABLE nowm_{unique} (ts TIMESTAMP, v INT)")
         conn.execute(f"CREATE MATERIALIZED VIEW bad_{unique} AS SELECT window_end, count(*) "
@@ -481,6 +491,41 @@ def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
     conn.execute(f"CREATE STREAM w2_{unique} (ts TIMESTAMPTZ, v INT) WITH (timestamp = 'ts', watermark = '1 minute')")
     assert dict(conn.execute(f"DESCRIBE w2_{unique}").fetchall())["watermark"] == "ts - 60 seconds (no events yet)"
     conn.execute(f"DROP STREAM {s} CASCADE")
+
+
+def test_late_events_reach_no_join(conn, unique):
+    """RisingWave's hash_join_watermark and interval_join files: an event older than its table's
+    watermark is left out before any operator, so neither a hash join nor an interval join emits
+    it; the views equal the batch queries over what the tables hold."""
+    left, right = f"hwm_left_{unique}", f"hwm_right_{unique}"
+    for t in (left, right):
+        conn.execute(f"CREATE TABLE {t} (id INT, ts TIMESTAMPTZ, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) "
+                     "APPEND ONLY")
+    hash_join = f"SELECT l.id AS l_id, r.id AS r_id, l.ts FROM {left} l LEFT JOIN {right} r ON l.ts = r.ts"
+    interval_join = (f"SELECT l.id AS l_id, r.id AS r_id, l.ts AS l_ts, r.ts AS r_ts FROM {left} l, {right} r "
+                     "WHERE l.id = r.id AND l.ts >= r.ts")
+    conn.execute(f"CREATE MATERIALIZED VIEW hj_{unique} AS {hash_join}")
+    conn.execute(f"CREATE MATERIALIZED VIEW ij_{unique} AS {interval_join}")
+    for table, row in ((right, "100, '2024-01-01 00:00:00+00'"), (left, "1, '2024-01-01 00:00:00+00'"),
+                       (left, "2, '2024-01-01 00:00:10+00'"), (right, "200, '2024-01-01 00:00:10+00'")):
+        assert conn.execute(f"INSERT INTO {table} VALUES ({row})").statusmessage == "INSERT 0 1"
+    # Both watermarks are at 00:00:05 now: 00:00:04 (left) and 00:00:01 (right) are late.
+    assert conn.execute(f"INSERT INTO {left} VALUES (3, '2024-01-01 00:00:04+00')").statusmessage == "INSERT 0 0"
+    conn.execute(f"INSERT INTO {left} VALUES (3, '2024-01-01 00:00:10+00')")
+    assert conn.execute(f"INSERT INTO {right} VALUES (3, '2024-01-01 00:00:01+00'), (2, '2024-01-01 00:00:09+00')"
+                        ).statusmessage == "INSERT 0 1"
+    conn.execute("FLUSH")
+    ts = [dt.datetime(2024, 1, 1, 0, 0, s, tzinfo=dt.UTC) for s in (0, 9, 10)]
+    assert sorted(conn.execute(f"SELECT * FROM hj_{unique}").fetchall()) == [
+        (1, 100, ts[0]), (2, 200, ts[2]), (3, 200, ts[2])]
+    assert conn.execute(f"SELECT * FROM ij_{unique}").fetchall() == [(2, 2, ts[2], ts[1])]
+    for view, query in ((f"hj_{unique}", hash_join), (f"ij_{unique}", interval_join)):
+        assert sorted(conn.execute(f"SELECT * FROM {view}").fetchall()) == sorted(conn.execute(query).fetchall())
+    assert dict(conn.execute(f"DESCRIBE {left}").fetchall())["late events"] == "1"
+    late = {r[0]: r[8] for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert late[f"hj_{unique}"] == late[f"ij_{unique}"] == 2  # one per input
+    conn.execute(f"DROP TABLE {left} CASCADE")
+    conn.execute(f"DROP TABLE {right} CASCADE")
 
 
 def _pipeline_state_rows(srv) -> dict[str, float]:

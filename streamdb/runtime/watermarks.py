@@ -2,9 +2,11 @@
 
 A stream declared with a watermark (`WITH (timestamp = 'ts', watermark = '5 seconds')` or
 `WATERMARK FOR ts AS ts - INTERVAL '5' SECOND`) has watermark = the largest event time seen so
-far minus the delay. An event older than the watermark when it arrives is late: it is stored like
-any other event (never dropped) and counted. The state is committed with the events that move it,
-so it survives a crash exactly as they do.
+far minus the delay. An event older than the watermark when it arrives is late: as RisingWave's
+watermark filter does, it is not added to the stream, so no query, view, join or window sees it;
+it is counted (DESCRIBE, SHOW QUERIES), and an INSERT or COPY that brought it says so in a
+WARNING. The state is committed with the events that move it, so it survives a crash exactly as
+they do.
 """
 
 from __future__ import annotations
@@ -39,14 +41,20 @@ class WatermarkState:
             return None
         return self.max_event_time - dt.timedelta(seconds=delay)
 
-    def advanced(self, rowtimes: list[dt.datetime], delay: float) -> WatermarkState:
+    def admitted(self, rowtimes: list[dt.datetime], delay: float) -> tuple[list[int], WatermarkState]:
+        """The positions of the events that are on time, in order (each against the watermark the
+        events before it left), and the state after them."""
         top, late = self.max_event_time, self.late_events
-        for t in rowtimes:
-            if top is not None and t < top - dt.timedelta(seconds=delay):
+        lag = dt.timedelta(seconds=delay)
+        on_time = []
+        for i, t in enumerate(rowtimes):
+            if top is not None and t < top - lag:
                 late += 1
+                continue
+            on_time.append(i)
             if top is None or t > top:
                 top = t
-        return WatermarkState(top, late)
+        return on_time, WatermarkState(top, late)
 
     def to_json(self) -> bytes:
         top = self.max_event_time.isoformat() if self.max_event_time else None

@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import itertools
+import logging
 import uuid
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -24,7 +26,7 @@ import sqlglot
 
 from streamdb import types as T
 from streamdb.catalog import ColumnDef, RelationDef
-from streamdb.errors import NotNullViolation, StreamDBError
+from streamdb.errors import Notice, NotNullViolation, StreamDBError
 from streamdb.planner.coerce import NotALiteral, coerce, literal_value
 from streamdb.runtime import changes as C
 from streamdb.runtime.reader import state_store
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 
 _round_robin = itertools.count()
 
+
+log = logging.getLogger("streamdb.writer")
 
 async def _commit(engine: Engine, commit: Commit) -> None:
     """Commit durably, then count what it appended (streamdb_log_appended_*)."""
@@ -161,20 +165,20 @@ def _json_ready(v: Any) -> Any:
 
 
 async def insert_rows(engine: Engine, rel: RelationDef, names: tuple[str, ...], rows: list[tuple[Any, ...]],
-                      rowtime_given: bool) -> int:
+                      rowtime_given: bool) -> Appended:
     if not rows:
-        return 0
+        return Appended(0)
     if rel.kind == "stream":
         return await _insert_stream(engine, rel, names, rows, rowtime_given)
     if len(rows) < OFF_LOOP_ROWS:
         full_rows, _ = build_rows(rel, names, rows, False)
     else:
         full_rows, _ = await asyncio.to_thread(build_rows, rel, names, rows, False)
-    return await apply_table_changes(engine, rel, upserts=full_rows)
+    return Appended(await apply_table_changes(engine, rel, upserts=full_rows))
 
 
 async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...], rows: list[tuple[Any, ...]],
-                         rowtime_given: bool) -> int:
+                         rowtime_given: bool) -> Appended:
     commit = Commit()
     if rel.schemaless:
         events = []
@@ -197,7 +201,7 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
                 await _commit(engine, change)
                 engine.catalog.applied(snapshot)
             engine.notify_write(rel.id)
-            return len(rows)
+            return Appended(len(rows))
         payload_rows = [(C.dumps_event(e),) for e in events]
         commit.appends.extend(_stream_appends(rel, payload_rows, rowtimes, [None] * len(events)))
     else:
@@ -208,7 +212,7 @@ async def _insert_stream(engine: Engine, rel: RelationDef, names: tuple[str, ...
         return await append_rows(engine, rel, full_rows, rowtimes)
     await _commit(engine, commit)
     engine.notify_write(rel.id)
-    return len(rows)
+    return Appended(len(rows))
 
 
 async def commit_appends(engine: Engine, rel: RelationDef, appends: list[Append]) -> None:
@@ -244,10 +248,58 @@ def arrow_appends(rel: RelationDef, table: pa.Table) -> list[Append]:
     return appends
 
 
+@dataclass(frozen=True)
+class Appended:
+    """What an append to a stream stored: `rows` events, and `late` left out as older than the
+    stream's watermark (counted in its state, see watermarks.py)."""
+
+    rows: int
+    late: int = 0
+    watermark: dt.datetime | None = None  # the watermark after the append, when some were late
+
+
 async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[Any, ...]],
-                      rowtimes: list[dt.datetime], extra: Commit | None = None) -> int:
+                      rowtimes: list[dt.datetime], extra: Commit | None = None) -> Appended:
     """Append complete rows (column order, coerced) to a typed stream, in one atomic commit with
-    `extra` (a source's consumed offsets and dead letters, say)."""
+    `extra` (a source's consumed offsets and dead letters, say). On a stream with a watermark the
+    events older than it are left out and counted."""
+    delay = delay_of(rel)
+    if delay is None or not full_rows:
+        commit = await _append_commit(rel, full_rows, rowtimes, extra)
+        await _commit(engine, commit)
+        _notify(engine, commit)
+        return Appended(len(full_rows))
+    # The watermark moves with the events that move it, in the same commit.
+    async with engine.table_lock(rel.id):
+        before = engine.watermarks.state(rel.id)
+        on_time, state = before.admitted(rowtimes, delay)
+        if len(on_time) < len(full_rows):
+            full_rows = [full_rows[i] for i in on_time]
+            rowtimes = [rowtimes[i] for i in on_time]
+        commit = await _append_commit(rel, full_rows, rowtimes, extra)
+        commit.puts.append(engine.watermarks.put(rel.id, state))
+        await _commit(engine, commit)
+        engine.watermarks.installed(rel.id, state)
+    _notify(engine, commit)
+    late = state.late_events - before.late_events
+    if late:
+        log.info("stream %s: %d event(s) older than its watermark left out", rel.name, late)
+    return Appended(len(full_rows), late, state.watermark(delay) if late else None)
+
+
+def late_notices(rel: RelationDef, stored: Appended) -> list[Notice]:
+    """The WARNING an INSERT or COPY gets when some of its events were older than the watermark."""
+    if not stored.late:
+        return []
+    rows = "row was" if stored.late == 1 else "rows were"
+    at = stored.watermark.isoformat(sep=" ") if stored.watermark is not None else "?"
+    return [Notice(f'{stored.late} {rows} not added to {rel.kind} "{rel.name}": older than its watermark (now {at})',
+                   severity="WARNING", sqlstate="01000",
+                   hint="Events older than the watermark are late and left out; DESCRIBE counts them.")]
+
+
+async def _append_commit(rel: RelationDef, full_rows: list[tuple[Any, ...]], rowtimes: list[dt.datetime],
+                         extra: Commit | None) -> Commit:
     commit = Commit()
     if extra is not None:
         commit.appends.extend(extra.appends)
@@ -263,19 +315,12 @@ async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[An
             commit.appends.extend(_stream_appends(rel, full_rows, rowtimes, keys))
         else:
             commit.appends.extend(await asyncio.to_thread(_stream_appends, rel, full_rows, rowtimes, keys))
-    delay = delay_of(rel)
-    if delay is not None and full_rows:
-        # The watermark moves with the events that move it, in the same commit.
-        async with engine.table_lock(rel.id):
-            state = engine.watermarks.state(rel.id).advanced(rowtimes, delay)
-            commit.puts.append(engine.watermarks.put(rel.id, state))
-            await _commit(engine, commit)
-            engine.watermarks.installed(rel.id, state)
-    else:
-        await _commit(engine, commit)
+    return commit
+
+
+def _notify(engine: Engine, commit: Commit) -> None:
     for rel_id in {a.relation_id for a in commit.appends}:
         engine.notify_write(rel_id)
-    return len(full_rows)
 
 
 def _stream_appends(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[dt.datetime],

@@ -107,8 +107,8 @@ async def finish_copy_in(request: CopyInRequest, data: bytes, ctx: ExecContext) 
         rows = parse_copy_data(plan, data)
     else:
         rows = await asyncio.to_thread(parse_copy_data, plan, data)
-    n = await writer.insert_rows(ctx.engine, rel, plan.target_columns, rows, "rowtime" in plan.target_columns)
-    return ExecutionResult(f"COPY {n}")
+    stored = await writer.insert_rows(ctx.engine, rel, plan.target_columns, rows, "rowtime" in plan.target_columns)
+    return ExecutionResult(f"COPY {stored.rows}", notices=writer.late_notices(rel, stored))
 
 
 def _fast_copy(plan: CopyFromPlan, rel: RelationDef, data: bytes) -> tuple[int, list[Append]] | None:

@@ -18,5 +18,5 @@ async def execute(plan: InsertPlan, ctx: ExecContext) -> ExecutionResult:
     else:
         assert plan.query is not None
         rows = await query.run(ctx.engine, plan.query, ctx.info)
-    n = await writer.insert_rows(ctx.engine, rel, plan.target_columns, rows, plan.rowtime_given)
-    return ExecutionResult(f"INSERT 0 {n}")
+    stored = await writer.insert_rows(ctx.engine, rel, plan.target_columns, rows, plan.rowtime_given)
+    return ExecutionResult(f"INSERT 0 {stored.rows}", notices=writer.late_notices(rel, stored))
