@@ -676,6 +676,44 @@ def test_eowc_grouped_by_window_start_only(conn, unique):
     conn.execute(f"DROP TABLE {t} CASCADE")
 
 
+def test_eowc_window_functions_emit_final_rows_and_refuse_the_rest(conn, unique):
+    """EMIT ON WINDOW CLOSE emits a row once the watermark passes its event time: lag() and a
+    running sum over the event time are final then (earlier rows would be late), and so is a
+    rank per window; lead(), a window over the whole partition, one ordered otherwise, or a
+    frame reaching FOLLOWING rows would still change, so they are refused (0A000)."""
+    t = f"eowf_{unique}"
+    conn.execute(f"CREATE STREAM {t} (k INT, v INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)")
+    running = (f"SELECT k, v, ts, lag(v) OVER (PARTITION BY k ORDER BY ts) AS prev, "
+               f"sum(v) OVER (PARTITION BY k ORDER BY ts) AS total FROM {t}")
+    ranked = (f"SELECT window_start, window_end, k, n, rank() OVER (PARTITION BY window_start ORDER BY n DESC) AS r "
+              f"FROM (SELECT window_start, window_end, k, count(*) AS n FROM TUMBLE({t}, ts, INTERVAL '10' SECOND) "
+              f"GROUP BY window_start, window_end, k) w")
+    conn.execute(f"CREATE MATERIALIZED VIEW run_{unique} AS {running} EMIT ON WINDOW CLOSE")
+    conn.execute(f"CREATE MATERIALIZED VIEW rank_{unique} AS {ranked} EMIT ON WINDOW CLOSE")
+    rows = [(1, 10, 1), (2, 5, 2), (1, 20, 4), (1, 30, 9), (2, 6, 12), (1, 1, 14), (2, 7, 17), (1, 2, 30)]
+    conn.execute(f"INSERT INTO {t} VALUES " + ", ".join(f"({k}, {v}, TIMESTAMP '2024-01-01' + INTERVAL '{s} second')"
+                                                        for k, v, s in rows))
+    conn.execute("FLUSH")
+    watermark = "TIMESTAMP '2024-01-01' + INTERVAL '25 second'"
+    # The emitted rows are the batch query's rows whose event time (window end) the watermark passed.
+    assert sorted(conn.execute(f"SELECT * FROM run_{unique}").fetchall()) == sorted(
+        conn.execute(f"SELECT * FROM ({running}) q WHERE ts < {watermark}").fetchall())
+    assert len(conn.execute(f"SELECT * FROM run_{unique}").fetchall()) == 7
+    assert sorted(conn.execute(f"SELECT * FROM rank_{unique}").fetchall()) == sorted(
+        conn.execute(f"SELECT * FROM ({ranked}) q WHERE window_end <= {watermark}").fetchall())
+    assert len(conn.execute(f"SELECT * FROM rank_{unique}").fetchall()) == 4
+    for over, why in (("lead(v) OVER (PARTITION BY k ORDER BY ts)", "reads rows after the current one"),
+                      ("count(*) OVER (PARTITION BY k)", "not ordered by the event time ts"),
+                      ("lag(v) OVER (PARTITION BY k ORDER BY ts DESC)", "not ordered by the event time ts"),
+                      ("sum(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING)",
+                       "FOLLOWING")):
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match=why) as refused:
+            conn.execute(f"CREATE MATERIALIZED VIEW bad_{unique} AS SELECT k, ts, {over} AS x FROM {t} "
+                         "EMIT ON WINDOW CLOSE")
+        assert refused.value.diag.statement_position is not None
+    conn.execute(f"DROP STREAM {t} CASCADE")
+
+
 def test_view_with_a_column_list(conn, unique):
     t, v = f"cl_{unique}", f"clv_{unique}"
     conn.execute(f"CREATE TABLE {t} (a INT, b TEXT)")

@@ -85,6 +85,7 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
         if len(watermarked) != 1:
             raise FeatureNotSupported("EMIT ON WINDOW CLOSE needs exactly one input stream with a watermark",
                                       hint="Declare one: CREATE STREAM s (..., WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)")
+        _refuse_unfinished_window_functions(body.this, watermarked[0].timestamp_column)
         names = [c.name for c in q.columns]
         # A row is final once the watermark passes its window's end, or its own event time.
         close_column = "window_end" if "window_end" in names else watermarked[0].timestamp_column
@@ -156,3 +157,43 @@ def plan(stmt: exp.Expression, ctx: PlanContext, sql: str, derived: str | None =
     return CreateViewPlan(rel, q, if_not_exists=bool(stmt.args.get("exists")), or_replace=or_replace,
                           aggregate_strategy=aggregate.explain() if aggregate else None,
                           aggregate_sql=aggregate.delta_sql if aggregate else None, strategy=strategy)
+
+
+# Window functions whose value at a row can still change after the watermark passes the row's
+# event time: they read rows after it (lead), or the whole partition's size.
+_READS_LATER_ROWS = (exp.Lead, exp.Ntile, exp.PercentRank, exp.CumeDist)
+
+
+def _refuse_unfinished_window_functions(query: exp.Expression, event_time: str | None) -> None:
+    """EMIT ON WINDOW CLOSE emits a row once the watermark passes its event time, and never again.
+    A window function's value is final then only if it reads the rows up to the current one in
+    event-time order (later rows can only come after it: earlier ones would be late, and late
+    events are left out), or if its partition is one window (final when the window closes).
+    Anything else would be emitted before it is final: refused, as RisingWave refuses it."""
+    for window in query.find_all(exp.Window):
+        fn = window.this
+        name = fn.sql_name() if isinstance(fn, exp.Func) else fn.sql(dialect="postgres")
+        order = window.args.get("order")
+        first = order.expressions[0] if order is not None and order.expressions else None
+        key = first.this if isinstance(first, exp.Ordered) else None
+        spec = window.args.get("spec")
+        partition = window.args.get("partition_by") or []
+        if any(isinstance(p, exp.Column) and p.name in ("window_start", "window_end") for p in partition):
+            continue  # per window (top-N per window, say): its rows are final together, when it closes
+        why = None
+        if isinstance(fn, _READS_LATER_ROWS):
+            why = f"{name.lower()}() reads rows after the current one (or the whole partition)"
+        elif not isinstance(first, exp.Ordered) or first.args.get("desc") or not isinstance(key, exp.Column) \
+                or key.name not in {event_time, "window_start", "window_end"}:
+            why = f"its window is not ordered by the event time {event_time} ascending, so its rows are not final " \
+                  "when the watermark passes them"
+        elif isinstance(spec, exp.WindowSpec) and str(spec.args.get("end_side") or "").lower() == "following":
+            why = "its frame reaches rows after the current one (FOLLOWING)"
+        if why is not None:
+            raise FeatureNotSupported(
+                f"{name.lower()}() OVER (...) in an EMIT ON WINDOW CLOSE view: {why}",
+                hint=f"Order the window by {event_time} with a frame ending at the current row (lag, row_number, "
+                     "rank, running aggregates), or drop EMIT ON WINDOW CLOSE.",
+                # the parser records positions of names only: the window's first column
+                position=position_of(next(window.find_all(exp.Column), None)))
+
