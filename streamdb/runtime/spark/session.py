@@ -311,6 +311,15 @@ SMALL_INPUT_ROWS = 50_000
 # many views is one such method, which HotSpot otherwise leaves to its interpreter (Spark only
 # splits methods past 64 KB).
 COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+# HotSpot's optimizing compiler (C2) only for methods 30x hotter than its defaults. Each micro-batch
+# runs Spark's planner, whose thousands of methods each cross the default thresholds after a few
+# dozen batches: C2 then took a core's third to half for the whole of a run (Nexmark q17, 4M
+# events: 35% of the JVM's samples in C2 threads). The per-row loops pass 30x in the first batches.
+# Measured in docs/benchmarks.md ("JIT thresholds"); C1 only (TieredStopAtLevel=1) was 26% faster
+# on q17 at 1M events but 26% slower on q5 at 4M.
+JIT_THRESHOLDS = ("-XX:Tier4InvocationThreshold=150000 -XX:Tier4MinInvocationThreshold=20000 "
+                  "-XX:Tier4CompileThreshold=450000 -XX:Tier4BackEdgeThreshold=1200000")
+EXECUTOR_JAVA_OPTIONS = f"{COMPILE_HUGE_METHODS} {JIT_THRESHOLDS}"
 MALLOC_ARENA_MAX = "2"  # the JVMs' malloc arenas (_build_session)
 _SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                      "spark.sql.codegen.wholeStage": "false"}
@@ -394,6 +403,7 @@ class SparkRuntime:
             f"-XX:ErrorFile={self.base_dir / 'hs_err_pid%p.log'}",
             *cds.java_options(),  # Spark's classes mapped from an archive: half the start time
             COMPILE_HUGE_METHODS,
+            JIT_THRESHOLDS,
         ]
         conf: dict[str, str] = {
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
@@ -407,7 +417,7 @@ class SparkRuntime:
             "spark.local.dir": str(work / "spark-local"),
             "spark.sql.catalogImplementation": "in-memory",
             "spark.driver.extraJavaOptions": " ".join(java_opts),
-            "spark.executor.extraJavaOptions": COMPILE_HUGE_METHODS,  # on a cluster, as in the driver
+            "spark.executor.extraJavaOptions": EXECUTOR_JAVA_OPTIONS,  # on a cluster, as in the driver
             "spark.executorEnv.MALLOC_ARENA_MAX": MALLOC_ARENA_MAX,  # as the driver's (_build_session)
             "spark.pyspark.python": sys.executable,
             "spark.sql.adaptive.enabled": "true",
