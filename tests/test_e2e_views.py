@@ -714,6 +714,28 @@ def test_eowc_window_functions_emit_final_rows_and_refuse_the_rest(conn, unique)
     conn.execute(f"DROP STREAM {t} CASCADE")
 
 
+def test_sum_of_intervals_ad_hoc_over_a_window_and_in_a_view(conn, unique):
+    """sum(interval), which the embedded engine lacks: ad hoc, as a window function and in a view
+    (recomputed on Spark: the table has an interval column), the view equal to the batch query."""
+    t = f"ivl_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, g INT, d INTERVAL)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 1, '1 day'), (2, 1, '2 hours 0.5 seconds'), (3, 2, '-5 minutes'), "
+                 "(4, 2, NULL)")
+    day, hour, minute = dt.timedelta(days=1), dt.timedelta(hours=1), dt.timedelta(minutes=1)
+    query = f"SELECT g, sum(d) AS total FROM {t} GROUP BY g"
+    assert sorted(conn.execute(query).fetchall()) == [(1, day + 2 * hour + dt.timedelta(seconds=0.5)), (2, -5 * minute)]
+    assert conn.execute(f"SELECT id, sum(d) OVER (ORDER BY id) FROM {t} ORDER BY id").fetchall()[1:3] == [
+        (2, day + 2 * hour + dt.timedelta(seconds=0.5)), (3, day + 2 * hour + dt.timedelta(seconds=0.5) - 5 * minute)]
+    assert conn.execute("SELECT sum(x)::text FROM (VALUES (INTERVAL '1 day'), (INTERVAL '2 hours')) v(x)"
+                        ).fetchone() == ("1 day 02:00:00",)
+    conn.execute(f"CREATE MATERIALIZED VIEW ivs_{unique} AS {query}")
+    conn.execute(f"UPDATE {t} SET d = '3 hours' WHERE id = 4")
+    conn.execute("FLUSH")
+    assert sorted(conn.execute(f"SELECT * FROM ivs_{unique}").fetchall()) == sorted(conn.execute(query).fetchall())
+    assert conn.execute(f"SELECT total FROM ivs_{unique} WHERE g = 2").fetchone() == (3 * hour - 5 * minute,)
+    conn.execute(f"DROP TABLE {t} CASCADE")
+
+
 def test_view_with_a_column_list(conn, unique):
     t, v = f"cl_{unique}", f"clv_{unique}"
     conn.execute(f"CREATE TABLE {t} (a INT, b TEXT)")

@@ -828,8 +828,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
     # The engine's own avg() is a double; its array_agg and string_agg differ from Postgres' too.
-    duck_query = unconstrained_numeric_casts(
-        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs))))
+    duck_query = _duckdb_interval_sums(unconstrained_numeric_casts(
+        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))))
     # The stored SQL keeps $n placeholders (the runtime binds values before running it); it is
     # described with typed NULLs in their place. Without parameters the two are the same text,
     # generated once (duck_query is this function's own copy, see exact_numeric_avg).
@@ -895,10 +895,45 @@ def _postgres_sum_types(query: exp.Expression, inputs: tuple[RelationInput, ...]
         return
     small = {s.meta.get("sum_id") for s in typed.find_all(exp.Sum)
              if s.this is not None and s.this.type is not None and s.this.type.this in _SMALL_INTS}
+    intervals = {s.meta.get("sum_id") for s in typed.find_all(exp.Sum)
+                 if s.this is not None and s.this.type is not None and s.this.type.this is exp.DataType.Type.INTERVAL}
     for i, s in enumerate(sums):
+        if i in intervals:
+            s.meta["interval_sum"] = True  # for the embedded engine's copy: _duckdb_interval_sums
         if i in small:
             target = s.parent if isinstance(s.parent, exp.Window) else s
             target.replace(exp.Cast(this=target.copy(), to=exp.DataType.build("BIGINT")))
+
+
+# PostgreSQL adds intervals field by field: months, days and the time apart.
+_INTERVAL_SUM_PARTS = (("TO_MONTHS", "INT", "DATEPART('year', __x) * 12 + DATEPART('month', __x)"),
+                       ("TO_DAYS", "INT", "DATEPART('day', __x)"),
+                       ("TO_MICROSECONDS", "BIGINT", "DATEPART('hour', __x) * 3600000000 + "
+                                                     "DATEPART('minute', __x) * 60000000 + DATEPART('microseconds', __x)"))
+
+
+def _duckdb_interval_sums(query: exp.Expression) -> exp.Expression:
+    """sum(interval), which the embedded engine lacks: the sums of the months, the days and the
+    time, as PostgreSQL adds them. Mutates `query`, the embedded engine's own copy; Spark sums
+    intervals itself."""
+    for s in list(query.find_all(exp.Sum)):
+        if not s.meta.get("interval_sum") or s.this is None:
+            continue
+        target = s.parent if isinstance(s.parent, exp.Window) else s
+        parts: list[exp.Expression] = []
+        for make, width, field in _INTERVAL_SUM_PARTS:
+            arg = sqlglot.parse_one(field, read="duckdb")
+            for placeholder in list(arg.find_all(exp.Column)):
+                if placeholder.name == "__x":
+                    placeholder.replace(s.this.copy())
+            total: exp.Expression = exp.Sum(this=arg)
+            if isinstance(target, exp.Window):  # sum(x) OVER (...): each field summed over the window
+                window = target.copy()
+                window.set("this", total)
+                total = window
+            parts.append(exp.Anonymous(this=make, expressions=[exp.Cast(this=total, to=exp.DataType.build(width))]))
+        target.replace(exp.Paren(this=exp.Add(this=exp.Add(this=parts[0], expression=parts[1]), expression=parts[2])))
+    return query
 
 
 def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> str:
