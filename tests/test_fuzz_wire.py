@@ -112,10 +112,9 @@ def test_half_sent_and_stalled_clients_do_not_block_others_and_are_freed(server)
             sock = _session(server.port, "streamdb", "streamdb")
             sock.sendall(wf.PROBE[: 1 + i % (len(wf.PROBE) - 1)] if i % 2 else b"")
             stalled.append(sock)
+        # Served while they stall (a blocked loop would hang here: no timing is asserted).
         with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
-            started = time.monotonic()
             assert conn.execute("SELECT 1").fetchone() == (1,)
-            assert time.monotonic() - started < 5
         for sock in stalled:
             sock.close()
     with psycopg.connect(server.dsn, autocommit=True) as conn:
