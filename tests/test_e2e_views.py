@@ -483,6 +483,11 @@ def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
                                 f"WHERE window_end <= TIMESTAMP '2024-01-01 00:00:25' AND window_start >= "
                                 f"TIMESTAMP '2024-01-01 00:00:10'").fetchall())
     assert batch == [(t0 + 10 * sec, 2, 7)]
+    # An event without an event time is kept and moves nothing (its ROWTIME is its arrival).
+    assert conn.execute(f"INSERT INTO {s} VALUES (6, 1, NULL)").statusmessage == "INSERT 0 1"
+    assert conn.execute(f"SELECT count(*) FROM {s}").fetchone() == (6,)
+    assert dict(conn.execute(f"DESCRIBE {s}").fetchall())["watermark"].startswith(
+        "ts - 5 seconds (now 2024-01-01 00:00:25")
     with pytest.raises(psycopg.errors.FeatureNotSupported):
         conn.execute(f"CREATE TABLE nowm_{unique} (ts TIMESTAMP, v INT)")
         conn.execute(f"CREATE MATERIALIZED VIEW bad_{unique} AS SELECT window_end, count(*) "

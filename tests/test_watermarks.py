@@ -21,3 +21,8 @@ def test_each_event_is_judged_against_the_watermark_the_events_before_it_left():
     again, after = state.admitted([_at(26), _at(1)], 5.0)
     assert again == [0] and after.late_events == 3 and after.max_event_time == _at(30)
     assert WatermarkState.from_json(after.to_json()) == after
+
+
+def test_an_event_without_an_event_time_is_kept_and_moves_nothing():
+    on_time, state = WatermarkState().admitted([_at(20), None, _at(1), None], 5.0)
+    assert on_time == [0, 1, 3] and state.max_event_time == _at(20) and state.late_events == 1

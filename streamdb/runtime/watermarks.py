@@ -41,13 +41,17 @@ class WatermarkState:
             return None
         return self.max_event_time - dt.timedelta(seconds=delay)
 
-    def admitted(self, rowtimes: list[dt.datetime], delay: float) -> tuple[list[int], WatermarkState]:
+    def admitted(self, event_times: list[dt.datetime | None], delay: float) -> tuple[list[int], WatermarkState]:
         """The positions of the events that are on time, in order (each against the watermark the
-        events before it left), and the state after them."""
+        events before it left), and the state after them. An event without an event time (NULL)
+        is kept and moves nothing."""
         top, late = self.max_event_time, self.late_events
         lag = dt.timedelta(seconds=delay)
         on_time = []
-        for i, t in enumerate(rowtimes):
+        for i, t in enumerate(event_times):
+            if t is None:
+                on_time.append(i)
+                continue
             if top is not None and t < top - lag:
                 late += 1
                 continue

@@ -272,7 +272,7 @@ async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[An
     # The watermark moves with the events that move it, in the same commit.
     async with engine.table_lock(rel.id):
         before = engine.watermarks.state(rel.id)
-        on_time, state = before.admitted(rowtimes, delay)
+        on_time, state = before.admitted(_event_times(rel, full_rows, rowtimes), delay)
         if len(on_time) < len(full_rows):
             full_rows = [full_rows[i] for i in on_time]
             rowtimes = [rowtimes[i] for i in on_time]
@@ -285,6 +285,16 @@ async def append_rows(engine: Engine, rel: RelationDef, full_rows: list[tuple[An
     if late:
         log.info("stream %s: %d event(s) older than its watermark left out", rel.name, late)
     return Appended(len(full_rows), late, state.watermark(delay) if late else None)
+
+
+def _event_times(rel: RelationDef, rows: list[tuple[Any, ...]], rowtimes: list[dt.datetime]
+                 ) -> list[dt.datetime | None]:
+    """The times the watermark judges: the rows' ROWTIME, None where the event-time column is
+    NULL (its ROWTIME is then the arrival time, which must not move an event-time watermark)."""
+    if rel.timestamp_column is None:
+        return list(rowtimes)
+    at = rel.column_names().index(rel.timestamp_column)
+    return [None if row[at] is None else t for row, t in zip(rows, rowtimes, strict=True)]
 
 
 def late_notices(rel: RelationDef, stored: Appended) -> list[Notice]:
