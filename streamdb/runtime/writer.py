@@ -41,6 +41,7 @@ _round_robin = itertools.count()
 
 log = logging.getLogger("streamdb.writer")
 
+
 async def _commit(engine: Engine, commit: Commit) -> None:
     """Commit durably, then count what it appended (streamdb_log_appended_*)."""
     await engine.storage.commit_async(commit)
