@@ -432,7 +432,6 @@ def test_temporal_filter_views_forget_old_rows_as_time_passes(conn, unique):
 
 
 def test_watermarks_late_events_and_emit_on_window_close(conn, unique):
-    import datetime as dt
 
     s = f"wbids_{unique}"
     conn.execute(f"CREATE STREAM {s} (auction INT, price INT, ts TIMESTAMP, "
@@ -675,7 +674,6 @@ def test_eowc_grouped_by_window_start_only(conn, unique):
     conn.execute(f"INSERT INTO {t} VALUES ('2023-05-06 16:51:00', 1), ('2023-05-06 16:56:00', 8), "
                  f"('2023-05-06 17:30:00', 3), ('2023-05-06 17:59:00', 4), ('2023-05-06 18:01:00', 6)")
     conn.execute("FLUSH")
-    import datetime as dt
     assert conn.execute(f"SELECT * FROM {mv}").fetchall() == [(dt.datetime(2023, 5, 6, 16), 8)]
     assert conn.execute(f"SELECT hour, top FROM {mv}_named").fetchall() == [(dt.datetime(2023, 5, 6, 16), 8)]
     conn.execute(f"DROP TABLE {t} CASCADE")
@@ -947,7 +945,6 @@ def test_comparisons_a_join_tests_itself_equal_batch_for_every_type(conn, unique
 def test_to_timestamp_keeps_fractions_of_seconds_in_a_view(conn, unique):
     """to_timestamp(seconds) as PostgreSQL has it, fractions kept (Spark's from_unixtime, which
     sqlglot writes for it, drops them), in a view as ad hoc; and HOP windows, built with it."""
-    import datetime as dt
 
     s = f"tsec_{unique}"
     conn.execute(f"CREATE STREAM {s} (k INT, x DOUBLE PRECISION, n NUMERIC(18,6))")

@@ -37,6 +37,7 @@ from streamdb.planner.plans import QueryPlan, RelationInput
 from streamdb.planner.regexps import rewrite_regexp_functions
 from streamdb.planner.typing import (
     describe_query,
+    duckdb_template,
     exact_numeric_avg,
     keep_declared_types,
     refuse_non_boolean_conditions,
@@ -922,11 +923,7 @@ def _duckdb_interval_sums(query: exp.Expression) -> exp.Expression:
         target = s.parent if isinstance(s.parent, exp.Window) else s
         parts: list[exp.Expression] = []
         for make, width, field in _INTERVAL_SUM_PARTS:
-            arg = sqlglot.parse_one(field, read="duckdb")
-            for placeholder in list(arg.find_all(exp.Column)):
-                if placeholder.name == "__x":
-                    placeholder.replace(s.this.copy())
-            total: exp.Expression = exp.Sum(this=arg)
+            total: exp.Expression = exp.Sum(this=duckdb_template(field, s.this))
             if isinstance(target, exp.Window):  # sum(x) OVER (...): each field summed over the window
                 window = target.copy()
                 window.set("this", total)

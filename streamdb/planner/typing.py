@@ -135,14 +135,20 @@ def exact_numeric_avg(query: exp.Expression, inputs: tuple[RelationInput, ...]) 
         scale = scales.get(i)
         if scale is None:
             continue
-        exact = sqlglot.parse_one(_AVG_TEMPLATE.format(
+        exact = duckdb_template(_AVG_TEMPLATE.format(
             unit=10**scale, shift=10 ** (_AVG_SCALE - scale), ulp=f"{Decimal(1).scaleb(-_AVG_SCALE):f}",
-            scale=_AVG_SCALE), read="duckdb")
-        for placeholder in list(exact.find_all(exp.Column)):
-            if placeholder.name == "__x":
-                placeholder.replace(a.this.copy())
+            scale=_AVG_SCALE), a.this)
         a.replace(exp.Paren(this=exact))
     return copy
+
+
+def duckdb_template(sql: str, argument: exp.Expr) -> exp.Expr:
+    """An expression of the embedded engine's SQL with a copy of `argument` wherever `__x` stands."""
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    for placeholder in list(tree.find_all(exp.Column)):
+        if placeholder.name == "__x":
+            placeholder.replace(argument.copy())
+    return tree
 
 
 def spark_exact_avgs(typed: exp.Expression) -> exp.Expression:
