@@ -559,6 +559,32 @@ def test_copy_in_with_raw_protocol(srv: ServerThread) -> None:
     client.close()
 
 
+def test_messages_are_cut_from_any_split_of_the_byte_stream(srv: ServerThread) -> None:
+    """The server reads the socket in chunks and cuts messages from its buffer: messages that
+    arrive a byte at a time, several in one segment, or larger than a read chunk give the
+    answers they give one message per segment."""
+    client = RawClient(srv.port)
+    client.startup()
+    rows = b"".join(b"%d\tname %d\n" % (i, i) for i in range(20_000))  # ~280 KB in one message
+    stream = (pq.message(b"Q", pq.cstring("SELECT 1")) + parse_msg("SELECT 1", "split")
+              + bind_msg(statement="split") + execute_msg() + SYNC
+              + pq.message(b"Q", pq.cstring("COPY items FROM STDIN")) + pq.message(b"d", rows) + pq.message(b"c"))
+    for i in range(0, 60):  # the first messages a byte at a time
+        client.send(stream[i:i + 1])
+        time.sleep(0.001)
+    client.send(stream[60:])  # the rest in one go, a message far larger than a read chunk among them
+    assert kinds(client.read_until(b"Z")) == b"TDCZ"
+    assert kinds(client.read_until(b"Z")) == b"12DCZ"
+    assert client.read_message()[0] == b"G"
+    assert client.read_until(b"Z")[0] == (b"C", b"COPY 20000\x00")
+    assert srv.engine.copied[-1] == rows
+    # Many pipelined extended-protocol rounds in one segment: each answered, in order.
+    client.send((bind_msg(statement="split") + execute_msg() + SYNC) * 50)
+    for _ in range(50):
+        assert kinds(client.read_until(b"Z")) == b"2DCZ"
+    client.close()
+
+
 def test_too_many_connections_and_server_close() -> None:
     server = ServerThread(max_connections=1)
     try:
