@@ -1350,14 +1350,24 @@ class StreamingPipeline:
             f"SELECT __side{', ' + columns if columns else ''} FROM (SELECT __side, explode(sequence(1, __w)) AS __copy, "
             f"from_json(__row, 'struct<{_esc(schema)}>', {JSON_OPTIONS}) AS r FROM __all_{tag} "
             f"WHERE __side IN (0, 1))")
+        from pyspark.sql import functions as F
+
+        names = {c: c for c in s.input_columns}
+        # A partition's old result must be, to the bit, the row its new result was one batch
+        # before: it is retracted by value. Floating-point sums (avg, stddev, var of doubles) depend
+        # on the order rows are added, so each partition's rows are in one task, in one order.
+        spread = [render(p, names) for p in node.partition]
+        orderable = [quote(c) for c, t in zip(s.input_columns, s.input_types, strict=True)
+                     if not t.startswith("map")]
         parts = []
         for gen, weight in ((0, -1), (1, 1)):
-            contents.where(f"__side = {gen}").drop("__side").createOrReplaceTempView(f"__p{gen}_{tag}")
+            rows_of = contents.where(f"__side = {gen}").drop("__side")
+            rows_of = rows_of.repartition(*[F.expr(e) for e in spread]) if spread else rows_of.repartition(1)
+            rows_of.sortWithinPartitions(*[F.expr(c) for c in orderable]).createOrReplaceTempView(f"__p{gen}_{tag}")
             query = node.query.copy()
             for t in query.find_all(exp.Table):
                 if t.name == D.PARTITION_TABLE:
                     t.set("this", exp.to_identifier(f"__p{gen}_{tag}"))
-            names = {c: c for c in s.input_columns}
             # No error routing here: a Python function's error fails the batch, loudly.
             sql = render(query, names, carry_errors=False)
             guard = f"EXISTS (SELECT 1 FROM __all_{tag})"
