@@ -64,6 +64,20 @@ def fixed_scale(e: exp.Expression) -> int | None:
         return n if n is not None and n >= 0 else None
     if isinstance(e, (exp.Sum, exp.Min, exp.Max)) and not e.args.get("distinct"):
         return fixed_scale(e.this)
+    if isinstance(e, exp.Filter):  # agg(x) FILTER (WHERE ...): the aggregate's
+        return fixed_scale(e.this)
+    if isinstance(e, exp.Window) and isinstance(e.this, (exp.Sum, exp.Min, exp.Max, exp.FirstValue,
+                                                         exp.LastValue, exp.NthValue)):
+        return fixed_scale(e.this if not isinstance(e.this, (exp.FirstValue, exp.LastValue, exp.NthValue))
+                           else e.this.this)
+    if isinstance(e, exp.Window) and isinstance(e.this, (exp.Lag, exp.Lead)):
+        # lag(x [, n [, default]]): x's values, or the default's
+        default = e.this.args.get("default")
+        scales = {fixed_scale(e.this.this)} | ({fixed_scale(default)} if default is not None else set())
+        return scales.pop() if len(scales) == 1 else None
+    if isinstance(e, (exp.Greatest, exp.Least)):  # one of its arguments' values
+        scales = {fixed_scale(p) for p in [e.this, *e.expressions] if not isinstance(p, exp.Null)}
+        return scales.pop() if len(scales) == 1 else None
     if isinstance(e, exp.Avg) and not isinstance(e.this, exp.Distinct):
         # avg() of integers and numerics: 16 decimals, as ad hoc (typing.exact_numeric_avg).
         t = e.this.type
@@ -110,7 +124,7 @@ def with_fixed_scales(types: list[SqlType], resolved_sql: str, inputs: tuple[Rel
     from streamdb.sql.parser import parse_one
 
     try:
-        select = _typed_copy(parse_one(resolved_sql), inputs, modifiers=True)
+        select = _typed_copy(parse_one(resolved_sql), inputs, modifiers=True, expand_stars=True)
     except Exception:  # noqa: BLE001 - a shape sqlglot cannot type: the columns stay as they are
         return types
     if not isinstance(select, exp.Select) or len(select.expressions) != len(types):

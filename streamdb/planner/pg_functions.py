@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 
 from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.dialects.postgres import Postgres
 
 from streamdb import types as T
@@ -753,11 +754,30 @@ _SIMPLE_FUNCS: dict[type[exp.Expression], Callable[[_Rewriter, exp.Expression], 
     exp.CurrentSchemas: _simple("current_schemas"),
     exp.CurrentVersion: _simple("version"),
 }
+
+
+def _as_integer(_rewriter: _Rewriter, node: exp.Expression) -> exp.Expression:
+    """PostgreSQL's integer results that DuckDB makes bigint."""
+    return exp.Cast(this=node, to=exp.DataType.build("INTEGER"))
+
+
+# length(), position() and grouping() are integer in PostgreSQL (Spark's are too).
+for _integer_fn in (exp.Length, exp.StrPosition, exp.Grouping):
+    _SIMPLE_FUNCS[_integer_fn] = _as_integer
 for _name, _fn in (("CurrentRole", "current_role"), ("CurrentDatabase", "current_database"),
                    ("CurrentCatalog", "current_catalog")):
     _cls = getattr(exp, _name, None)
     if isinstance(_cls, type):
         _SIMPLE_FUNCS[_cls] = _simple(_fn)
+
+
+class EmbeddedDuckDB(DuckDB):
+    """DuckDB as the embedded engine runs it: its connection sorts NULLs as PostgreSQL does
+    (default_null_order = nulls_last_on_asc_first_on_desc, runtime/embedded.py), so SQL written
+    for it keeps an explicit NULLS FIRST or LAST wherever that differs. With DuckDB's own default
+    assumed, `ORDER BY x DESC NULLS LAST` lost its NULLS LAST and put the NULLs first."""
+
+    NULL_ORDERING = "nulls_are_large"
 
 
 def rewrite_for_duckdb(ast: exp.Expression, ctx: PlanContext) -> exp.Expression:

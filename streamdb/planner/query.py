@@ -818,6 +818,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     inputs = tuple(resolver.inputs.values())
     refuse_non_boolean_conditions(query, inputs)
     _postgres_sum_types(query, inputs)
+    _mark_float_roundings(query, inputs)
 
     def column_type(col: exp.Column) -> T.SqlType | None:
         name = normalize(col.this) if isinstance(col.this, exp.Identifier) else ""
@@ -829,8 +830,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
     # The engine's own avg() is a double; its array_agg and string_agg differ from Postgres' too.
-    duck_query = _duckdb_interval_sums(unconstrained_numeric_casts(
-        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))))
+    duck_query = similar_to_as_regex(_duckdb_float_rounds(_duckdb_interval_sums(unconstrained_numeric_casts(
+        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))))))
     # The stored SQL keeps $n placeholders (the runtime binds values before running it); it is
     # described with typed NULLs in their place. Without parameters the two are the same text,
     # generated once (duck_query is this function's own copy, see exact_numeric_avg).
@@ -840,9 +841,9 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
         for p in parameter_nodes(described):
             described_type = param_types[int(p.this.this) - 1]
             p.replace(typed_null(described_type))
-        described_sql = pg_functions.rewrite_for_duckdb(described, ctx).sql(dialect="duckdb")
+        described_sql = pg_functions.rewrite_for_duckdb(described, ctx).sql(dialect=pg_functions.EmbeddedDuckDB)
     else:
-        described_sql = duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect="duckdb")
+        described_sql = duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect=pg_functions.EmbeddedDuckDB)
     try:
         described_cols = describe_query(described_sql, inputs, ctx)
     except UndefinedColumn as e:
@@ -856,7 +857,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     columns = tuple(Column(n, c.type, type_modifier=c.type_modifier)
                     for n, c in zip(names, described_cols, strict=True))
     if duck_sql is None:
-        duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect="duckdb")
+        duck_sql = pg_functions.rewrite_for_duckdb(duck_query, ctx).sql(dialect=pg_functions.EmbeddedDuckDB)
     # `query` is this function's own tree and nothing changes it after this point.
     return QueryPlan(duckdb_sql=duck_sql, spark_source=partial(spark_sql_for, query, inputs), inputs=inputs,
                      columns=columns,
@@ -868,9 +869,10 @@ _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.T
 
 
 def _typed_copy(query: exp.Expression, inputs: tuple[RelationInput, ...], *,
-                modifiers: bool = False) -> exp.Expression:
+                modifiers: bool = False, expand_stars: bool = False) -> exp.Expression:
     """A copy with columns qualified and every node's type annotated (sqlglot's optimizer);
-    `modifiers`: numeric(p, s) columns typed with their precision and scale."""
+    `modifiers`: numeric(p, s) columns typed with their precision and scale; `expand_stars`: a
+    `*` replaced by the columns it stands for."""
 
     def type_text(t: T.SqlType) -> str:
         ps = t.precision_scale if modifiers else None
@@ -878,7 +880,7 @@ def _typed_copy(query: exp.Expression, inputs: tuple[RelationInput, ...], *,
 
     schema: dict[str, object] = {i.registered_name: {name: type_text(t) for name, t in i.columns} for i in inputs}
     typed = qualify(query.copy(), schema=schema, dialect="postgres", validate_qualify_columns=False,
-                    quote_identifiers=False, expand_stars=False)
+                    quote_identifiers=False, expand_stars=expand_stars)
     return annotate_types(typed, schema=schema, dialect="postgres")
 
 
@@ -913,6 +915,66 @@ _INTERVAL_SUM_PARTS = (("TO_MONTHS", "INT", "DATEPART('year', __x) * 12 + DATEPA
                                                      "DATEPART('minute', __x) * 60000000 + DATEPART('microseconds', __x)"))
 
 
+_FLOATS = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
+_INTEGER_TARGETS = (exp.DataType.Type.SMALLINT, exp.DataType.Type.INT, exp.DataType.Type.BIGINT)
+
+
+def _rounds_a_float(node: exp.Expr) -> bool:
+    """round(x) or x::integer of a double or real: PostgreSQL rounds those half to even (rint),
+    where both engines round half away from zero (Spark's cast truncates)."""
+    if isinstance(node, exp.Round) and node.args.get("decimals") is None:
+        arg = node.this
+    elif isinstance(node, exp.Cast) and node.to.is_type(*_INTEGER_TARGETS):
+        arg = node.this
+    else:
+        return False
+    return node.meta.get("float_round", False) or (arg.type is not None and arg.type.is_type(*_FLOATS))
+
+
+def _mark_float_roundings(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
+    """Marks (meta `float_round`) the round(x) and integer casts of doubles in `query`, found on
+    a typed copy, so every engine's copy rounds them as PostgreSQL does."""
+    nodes = [n for n in query.find_all(exp.Round, exp.Cast)]
+    if not nodes:
+        return
+    for i, n in enumerate(nodes):
+        n.meta["round_id"] = i
+    try:
+        typed = _typed_copy(query, inputs)
+    except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engines' own rounding
+        return
+    marked = {n.meta.get("round_id") for n in typed.find_all(exp.Round, exp.Cast) if _rounds_a_float(n)}
+    for i, n in enumerate(nodes):
+        if i in marked:
+            n.meta["float_round"] = True
+
+
+def _duckdb_float_rounds(query: exp.Expression) -> exp.Expression:
+    """round(double) half to even in the embedded engine (its casts to integers already are)."""
+    for node in list(query.find_all(exp.Round)):
+        if node.meta.get("float_round"):
+            even = exp.Anonymous(this="round_even", expressions=[node.this.copy(), exp.Literal.number(0)])
+            if node is query:
+                return even
+            node.replace(even)
+    return query
+
+
+def spark_float_rounds(query: exp.Expression) -> exp.Expression:
+    """round(double) and casts of doubles to integers half to even on Spark (rint), as PostgreSQL."""
+    for node in list(query.find_all(exp.Round, exp.Cast)):
+        if not _rounds_a_float(node):
+            continue
+        rint = exp.Anonymous(this="rint", expressions=[node.this.copy()])
+        if not isinstance(node, exp.Round):
+            node.set("this", rint)
+        elif node is query:  # a projection rendered on its own
+            query = rint
+        else:
+            node.replace(rint)
+    return query
+
+
 def _duckdb_interval_sums(query: exp.Expression) -> exp.Expression:
     """sum(interval), which the embedded engine lacks: the sums of the months, the days and the
     time, as PostgreSQL adds them. Mutates `query`, the embedded engine's own copy; Spark sums
@@ -945,7 +1007,42 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
 def spark_semantics(query: exp.Expression) -> exp.Expression:
     """`query` (a copy it may change) rewritten where Spark's functions differ from Postgres'."""
     return unconstrained_numeric_casts(_spark_groupings(_spark_percentiles(
-        _spark_string_aggs(_spark_array_aggs(_spark_epochs(query))))))
+        _spark_string_aggs(_spark_array_aggs(_spark_epochs(spark_float_rounds(_spark_distinct_on_order(
+            _spark_series_tables(similar_to_as_regex(_spark_date_differences(query)))))))))))
+
+
+def _spark_distinct_on_order(query: exp.Expression) -> exp.Expression:
+    """A top-level SELECT DISTINCT ON (...) ... ORDER BY keeps its order on Spark. sqlglot writes
+    DISTINCT ON as a ROW_NUMBER() window that takes the ORDER BY and drops it from the result, so
+    the rows came back unordered. One row per DISTINCT ON key: ordering by the leading ORDER BY
+    items (those keys) orders them all, so the rows are ordered by those, by their output names
+    (LIMIT and OFFSET apply after, as they do in PostgreSQL)."""
+    if not isinstance(query, exp.Select):
+        return query
+    distinct = query.args.get("distinct")
+    order = query.args.get("order")
+    if distinct is None or not isinstance(distinct.args.get("on"), exp.Tuple) or order is None:
+        return query
+    keys = len(distinct.args["on"].expressions)
+    names = {e.unalias(): e.alias_or_name for e in query.expressions}
+    outputs = {e.alias_or_name for e in query.expressions}
+    outer_order = []
+    for item in order.expressions[:keys]:
+        key = item.this
+        name = names.get(key) or (key.name if isinstance(key, exp.Column) and not key.table
+                                  and key.name in outputs else None)
+        if not name:  # a key not in the output: no order to give by name
+            return query
+        outer_order.append(exp.Ordered(this=exp.column(name, quoted=True), desc=item.args.get("desc"),
+                                       nulls_first=item.args.get("nulls_first")))
+    limit, offset = query.args.get("limit"), query.args.get("offset")
+    inner = query.copy()
+    inner.set("limit", None)
+    inner.set("offset", None)
+    outer = exp.select("*").from_(inner.subquery("_distinct_on")).order_by(*outer_order)
+    outer.set("limit", limit)
+    outer.set("offset", offset)
+    return outer
 
 
 def _spark_groupings(query: exp.Expression) -> exp.Expression:
@@ -986,6 +1083,98 @@ def _spark_percentiles(query: exp.Expression) -> exp.Expression:
                 to=exp.DataType.build("INT")),
             exp.Literal.number(1)])
         node.replace(exp.Anonymous(this="try_element_at", expressions=[ordered, position]))
+    return query
+
+
+def _spark_series_tables(query: exp.Expression) -> exp.Expression:
+    """`FROM generate_series(a, b [, step]) AS t(x)` as a subquery exploding Spark's sequence
+    (sqlglot wrote a call Spark cannot resolve). PostgreSQL gives no rows where the step points
+    away from the end (Spark's sequence would count down, or fail)."""
+    for table in list(query.find_all(exp.Table)):
+        series = table.this
+        if not isinstance(series, (exp.ExplodingGenerateSeries, exp.GenerateSeries)):
+            continue
+        alias = table.args.get("alias")
+        name = alias.name if alias is not None and alias.name else "generate_series"
+        columns = alias.args.get("columns") if alias is not None else None
+        column = columns[0].name if columns else name
+        start, end, step = series.args.get("start"), series.args.get("end"), series.args.get("step")
+        if start is None or end is None:
+            continue
+        numeric = all(isinstance(v, exp.Literal) and v.is_number for v in (start, end))
+        args = [start.copy(), end.copy()] + ([step.copy()] if step is not None else [])
+        values: exp.Expression = exp.Anonymous(this="sequence", expressions=args)
+        if numeric or step is None:
+            ahead = step.copy() if step is not None else exp.Literal.number(1)
+            empty = exp.or_(exp.and_(exp.GT(this=ahead.copy(), expression=exp.Literal.number(0)),
+                                     exp.GT(this=start.copy(), expression=end.copy())),
+                            exp.and_(exp.LT(this=ahead.copy(), expression=exp.Literal.number(0)),
+                                     exp.LT(this=start.copy(), expression=end.copy())))
+            values = exp.If(this=empty, true=exp.Array(expressions=[]), false=values)
+        select = exp.select(exp.alias_(exp.Explode(this=values), column, quoted=True))
+        table.replace(exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
+    return query
+
+
+def similar_to_as_regex(query: exp.Expression) -> exp.Expression:
+    """`x SIMILAR TO 'pattern'` (a literal) as a match of the regular expression PostgreSQL makes
+    of it (similar_to_escape): the whole string matches, % and _ are .* and ., the other
+    regular-expression operators are kept and `.` `^` `$` are literal. For both engines: Spark
+    has no SIMILAR TO, and DuckDB's takes the pattern as a regular expression."""
+    for node in list(query.find_all(exp.SimilarTo)):
+        pattern = node.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string) or node.args.get("escape"):
+            continue
+        regex = exp.RegexpLike(this=node.this.copy(), expression=exp.Literal.string(similar_to_regex(pattern.this)))
+        if node is query:  # a condition rendered on its own
+            return regex
+        node.replace(regex)
+    return query
+
+
+def similar_to_regex(pattern: str) -> str:
+    """PostgreSQL's translation of a SIMILAR TO pattern (escape character backslash)."""
+    out = ["^(?:"]
+    escaped = False
+    in_class = False
+    for ch in pattern:
+        if escaped:
+            out.append("\\" + ch if not ch.isalnum() else ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            out.append(ch)
+            in_class = ch != "]"
+        elif ch == "[":
+            out.append(ch)
+            in_class = True
+        elif ch == "%":
+            out.append(".*")
+        elif ch == "_":
+            out.append(".")
+        elif ch in ".^$":
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    out.append(")$")
+    return "".join(out)
+
+
+def _is_date(e: exp.Expression | None) -> bool:
+    if isinstance(e, exp.Cast):
+        return e.to.is_type(exp.DataType.Type.DATE)
+    return e is not None and e.type is not None and e.type.is_type(exp.DataType.Type.DATE)
+
+
+def _spark_date_differences(query: exp.Expression) -> exp.Expression:
+    """date - date is a number of days in PostgreSQL; Spark makes it an interval."""
+    for node in list(query.find_all(exp.Sub)):
+        if _is_date(node.this) and _is_date(node.expression):
+            days = exp.Anonymous(this="datediff", expressions=[node.this.copy(), node.expression.copy()])
+            if node is query:
+                return days
+            node.replace(days)
     return query
 
 

@@ -1,0 +1,51 @@
+"""Rewrites that give Spark and the embedded engine PostgreSQL's answers (planner/query.py); the
+end-to-end check is tests/test_e2e_differential.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlglot
+
+from streamdb.planner.pg_functions import EmbeddedDuckDB
+from streamdb.planner.query import similar_to_regex, spark_semantics
+
+
+@pytest.mark.parametrize(("pattern", "matches", "misses"), [
+    ("K(e|a)n", ["Ken", "Kan"], ["Kin", "Kenny", "xKen"]),
+    ("lea%", ["leap", "lea"], ["ale"]),
+    ("_.c", ["a.c"], ["abc", "a.cd"]),  # `.` is literal in SIMILAR TO
+    ("%$5", ["costs $5"], ["5"]),
+    ("[ab]_", ["ax", "by"], ["cx"]),
+    ("50\\%", ["50%"], ["500"]),
+])
+def test_similar_to_patterns_become_postgresql_regular_expressions(pattern, matches, misses):
+    regex = re.compile(similar_to_regex(pattern))
+    assert all(regex.match(s) for s in matches)
+    assert not any(regex.match(s) for s in misses)
+
+
+def spark(sql: str) -> str:
+    return spark_semantics(sqlglot.parse_one(sql, read="postgres")).sql(dialect="spark")
+
+
+def test_distinct_on_keeps_its_order_on_spark():
+    out = spark("SELECT DISTINCT ON (dept) dept, id FROM t ORDER BY dept DESC, id LIMIT 2")
+    assert out.endswith("AS _distinct_on ORDER BY `dept` DESC NULLS FIRST LIMIT 2")
+    # A key not in the output: no outer order to give (the window still picks the rows).
+    assert "_distinct_on" not in spark("SELECT DISTINCT ON (dept) id FROM t ORDER BY dept, id")
+
+
+def test_series_tables_and_similar_to_on_spark():
+    out = spark("SELECT x FROM generate_series(5, 1) AS t(x)")
+    assert "EXPLODE(IF(" in out and "SEQUENCE(5, 1)" in out and "AS `t`" in out
+    assert "RLIKE '^(?:K(e|a)n)$'" in spark("SELECT 1 FROM t WHERE n SIMILAR TO 'K(e|a)n'")
+
+
+def test_embedded_sql_keeps_nulls_last_after_desc():
+    # The embedded connection sorts NULLs first after DESC, as PostgreSQL does.
+    tree = sqlglot.parse_one("SELECT id FROM t ORDER BY s DESC NULLS LAST, id", read="postgres")
+    assert tree.sql(dialect=EmbeddedDuckDB) == "SELECT id FROM t ORDER BY s DESC NULLS LAST, id"
+    tree = sqlglot.parse_one("SELECT id FROM t ORDER BY s DESC", read="postgres")
+    assert tree.sql(dialect=EmbeddedDuckDB) == "SELECT id FROM t ORDER BY s DESC"
