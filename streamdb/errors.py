@@ -94,6 +94,10 @@ class DatatypeMismatch(StreamDBError):
     sqlstate = "42804"
 
 
+class CannotCoerce(StreamDBError):
+    sqlstate = "42846"
+
+
 class InvalidTextRepresentation(StreamDBError):
     sqlstate = "22P02"
 

@@ -416,7 +416,24 @@ def parse_array(value: str, element: SqlType) -> list[Any]:
     result, end = _parse_array_level(text, 0, element, value)
     if text[end:].strip():
         raise InvalidTextRepresentation(f'malformed array literal: "{value}"', detail="Junk after closing right brace.")
+    if _shape(result) is None:  # '{1,{2}}', '{{1},{2,3}}': no one element type, no one shape
+        raise InvalidTextRepresentation(
+            f'malformed array literal: "{value}"',
+            detail="Multidimensional arrays must have sub-arrays with matching dimensions.")
     return result
+
+
+def _shape(items: list[Any]) -> tuple[int, ...] | None:
+    """The dimensions of nested lists, or None when they are not rectangular."""
+    nested = {isinstance(i, list) for i in items}
+    if nested != {True}:
+        return (len(items),) if nested != {False, True} else None
+    shapes = {_shape(i) for i in items}
+    if len(shapes) != 1 or None in shapes:
+        return None
+    inner = shapes.pop()
+    assert inner is not None
+    return (len(items), *inner)
 
 
 def _parse_array_level(text: str, pos: int, element: SqlType, original: str) -> tuple[list[Any], int]:

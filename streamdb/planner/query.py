@@ -9,6 +9,7 @@ Spark, no disk.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache, lru_cache, partial
 from typing import Any
 
@@ -40,6 +41,8 @@ from streamdb.planner.typing import (
     duckdb_template,
     exact_numeric_avg,
     keep_declared_types,
+    refuse_casts_postgresql_lacks,
+    refuse_comparisons_postgresql_lacks,
     refuse_non_boolean_conditions,
     spark_exact_avgs,
 )
@@ -817,6 +820,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
     refuse_non_boolean_conditions(query, inputs)
+    refuse_casts_postgresql_lacks(query, inputs)
+    refuse_comparisons_postgresql_lacks(query, inputs)
     _postgres_sum_types(query, inputs)
     _mark_float_roundings(query, inputs)
 
@@ -1006,9 +1011,9 @@ def spark_sql_for(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> s
 
 def spark_semantics(query: exp.Expression) -> exp.Expression:
     """`query` (a copy it may change) rewritten where Spark's functions differ from Postgres'."""
-    return unconstrained_numeric_casts(_spark_groupings(_spark_percentiles(
-        _spark_string_aggs(_spark_array_aggs(_spark_epochs(spark_float_rounds(_spark_distinct_on_order(
-            _spark_series_tables(similar_to_as_regex(_spark_date_differences(query)))))))))))
+    for rewrite in _SPARK_REWRITES:
+        query = rewrite(query)
+    return query
 
 
 def _spark_distinct_on_order(query: exp.Expression) -> exp.Expression:
@@ -1083,6 +1088,34 @@ def _spark_percentiles(query: exp.Expression) -> exp.Expression:
                 to=exp.DataType.build("INT")),
             exp.Literal.number(1)])
         node.replace(exp.Anonymous(this="try_element_at", expressions=[ordered, position]))
+    return query
+
+
+_BOOLEAN_SHAPES = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.Exists, exp.Column)
+
+
+def _spark_null_conditions(query: exp.Expression) -> exp.Expression:
+    """`WHERE NULL`, `WHERE coalesce(NULL, NULL)` (and HAVING): PostgreSQL reads the NULL as a
+    boolean; Spark refuses a condition of type void. A condition of another shape is typed
+    boolean (anything else was refused while planning), which Spark drops where it already is."""
+    for clause in list(query.find_all(exp.Where, exp.Having)):
+        if not isinstance(clause.this.unnest(), _BOOLEAN_SHAPES):
+            clause.set("this", exp.Cast(this=clause.this, to=exp.DataType.build("BOOLEAN")))
+    return query
+
+
+def _spark_timestamptz_text(query: exp.Expression) -> exp.Expression:
+    """timestamptz::text ends with the zone's offset in PostgreSQL (`+00`: the session's time
+    zone is UTC); Spark's cast to string leaves it out."""
+    for node in list(query.find_all(exp.Cast)):
+        source = node.this.type
+        if not node.to.is_type(*exp.DataType.TEXT_TYPES) or source is None or \
+                not source.is_type(exp.DataType.Type.TIMESTAMPTZ):
+            continue
+        text = exp.Concat(expressions=[node.copy(), exp.Literal.string("+00")])
+        if node is query:
+            return text
+        node.replace(text)
     return query
 
 
@@ -1382,3 +1415,11 @@ def _comparator(order: list[exp.Ordered]) -> str:
         text = (f"CASE WHEN NOT ({x} <=> {y}) THEN (CASE WHEN {x} IS NULL THEN {nf} WHEN {y} IS NULL THEN {nl} "
                 f"WHEN {x} < {y} THEN {lt} ELSE {gt} END) ELSE {text} END")
     return f"(__l, __r) -> {text}"
+
+
+# In order: each sees what the ones before it made (the numeric casts last, over everything).
+_SPARK_REWRITES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
+    _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
+    _spark_series_tables, _spark_distinct_on_order, spark_float_rounds, _spark_epochs, _spark_array_aggs,
+    _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts,
+)

@@ -16,7 +16,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 from streamdb import types as T
-from streamdb.errors import DatatypeMismatch, StreamDBError
+from streamdb.errors import CannotCoerce, DatatypeMismatch, StreamDBError, UndefinedFunction
 from streamdb.planner.context import PlanContext
 from streamdb.planner.plans import RelationInput
 from streamdb.runtime import embedded
@@ -195,7 +195,8 @@ _BOOLEAN_SHAPES = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.Exist
 _PG_TYPE_NAMES = {"INT": "integer", "BIGINT": "bigint", "SMALLINT": "smallint", "TEXT": "text",
                   "VARCHAR": "character varying", "DOUBLE": "double precision", "FLOAT": "real",
                   "DECIMAL": "numeric", "TIMESTAMPTZ": "timestamp with time zone",
-                  "TIMESTAMP": "timestamp without time zone"}
+                  "TIMESTAMP": "timestamp without time zone", "TIME": "time without time zone",
+                  "TIMETZ": "time with time zone"}
 _NOT_BOOLEAN = (exp.DataType.INTEGER_TYPES | exp.DataType.REAL_TYPES | exp.DataType.TEXT_TYPES
                 | exp.DataType.TEMPORAL_TYPES | {exp.DataType.Type.INTERVAL, exp.DataType.Type.JSON,
                                                  exp.DataType.Type.JSONB, exp.DataType.Type.UUID})
@@ -212,6 +213,9 @@ def _conditions(query: exp.Expression) -> list[tuple[str, exp.Expr]]:
     for join in query.find_all(exp.Join):
         if (on := join.args.get("on")) is not None:
             out.append(("JOIN/ON", on))
+    for case in query.find_all(exp.Case):
+        if case.args.get("this") is None:  # CASE WHEN cond (not CASE x WHEN value)
+            out.extend(("CASE/WHEN", when.this) for when in case.args.get("ifs") or [])
     pending = [(clause, cond.unnest()) for clause, cond in out]
     done: list[tuple[str, exp.Expr]] = []
     while pending:
@@ -223,6 +227,100 @@ def _conditions(query: exp.Expression) -> list[tuple[str, exp.Expr]]:
         elif isinstance(cond, exp.Not):
             pending.append(("NOT", cond.this.unnest()))
     return done
+
+
+_NUMBERS = exp.DataType.INTEGER_TYPES | exp.DataType.REAL_TYPES
+_DATES_AND_TIMES = exp.DataType.TEMPORAL_TYPES | {exp.DataType.Type.INTERVAL}
+
+
+def _pg_type_name(t: exp.DataType) -> str:
+    spelled = t.sql(dialect="postgres")
+    return _PG_TYPE_NAMES.get(spelled.upper().split("(")[0], spelled.lower())
+
+
+def refuse_casts_postgresql_lacks(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
+    """PostgreSQL's 42846 for a cast between numbers and dates or times (`1::date`,
+    `now()::bigint`), which it has no cast for: the embedded engine would not look at it where no
+    row reaches it, and Spark refuses it with another SQLSTATE."""
+    casts = [c for c in query.find_all(exp.Cast)
+             if c.to.this in _DATES_AND_TIMES or c.to.this in _NUMBERS or c.to.this is _BOOL]
+    if not casts:
+        return
+    typed = _annotated(query, inputs)
+    if typed is None:
+        return
+    for cast in typed.find_all(exp.Cast):
+        source, target = cast.this.type, cast.to
+        if source is None or isinstance(cast.this, exp.Null):
+            continue
+        if _lacks_cast(source.this, target.this):
+            raise CannotCoerce(f"cannot cast type {_pg_type_name(source)} to {_pg_type_name(target)}")
+
+
+_BYTES = {exp.DataType.Type.VARBINARY, exp.DataType.Type.BINARY}
+_INT = exp.DataType.Type.INT
+_BOOL = exp.DataType.Type.BOOLEAN
+
+
+def _lacks_cast(source: object, target: object) -> bool:
+    """Pairs PostgreSQL has no cast for (among those the engines would make anyway)."""
+    return ((source in _NUMBERS and target in _DATES_AND_TIMES) or (source in _DATES_AND_TIMES and target in _NUMBERS)
+            or (source in _BYTES and (target in _NUMBERS or target in _DATES_AND_TIMES or target is _BOOL))
+            or (source is _BOOL and target in _NUMBERS and target is not _INT)
+            or (target is _BOOL and source in _NUMBERS and source is not _INT))
+
+
+_T = exp.DataType.Type
+# Type categories whose values PostgreSQL compares with one another (implicit casts inside one).
+_COMPARABLE = [
+    ("number", _NUMBERS),
+    ("string", exp.DataType.TEXT_TYPES),
+    ("boolean", {_T.BOOLEAN}),
+    ("date", {_T.DATE, _T.TIMESTAMP, _T.TIMESTAMPTZ, _T.DATETIME}),
+    ("time", {_T.TIME, _T.TIMETZ}),
+    ("interval", {_T.INTERVAL}),
+    ("uuid", {_T.UUID}),
+]
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _category(node: exp.Expression) -> str | None:
+    """The comparison category of an operand whose type is certain: a column or a cast (sqlglot's
+    types of other expressions are guesses). None otherwise: a string literal or NULL is
+    PostgreSQL's `unknown`, which takes the other side's type."""
+    if not isinstance(node, (exp.Column, exp.Cast)) or node.type is None:
+        return None
+    if node.type.this is _T.JSON:
+        return "json"
+    if node.type.this is _T.ARRAY:
+        return "array"
+    if node.type.this in (_T.VARBINARY, _T.BINARY):
+        return "bytea"
+    for name, types in _COMPARABLE:
+        if node.type.this in types:
+            return name
+    return None
+
+
+def refuse_comparisons_postgresql_lacks(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
+    """PostgreSQL's 42883 for comparing values it has no operator for (`boolean = numeric`,
+    `time = character varying`, any comparison of json): the embedded engine would cast one side,
+    and Spark refuse the plan with another SQLSTATE."""
+    if not any(True for _ in query.find_all(*_COMPARISONS)):
+        return
+    typed = _annotated(query, inputs)
+    if typed is None:
+        return
+    for node in typed.find_all(*_COMPARISONS):
+        left, right = node.this.unnest(), node.expression.unnest()
+        a, b = _category(left), _category(right)
+        if a is None or b is None or (a == b and a != "json"):
+            continue
+        op = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}[type(node)]
+        assert left.type is not None and right.type is not None
+        raise UndefinedFunction(
+            f"operator does not exist: {_pg_type_name(left.type)} {op} {_pg_type_name(right.type)}",
+            hint="No operator matches the given name and argument types. You might need to add explicit type casts.")
 
 
 def refuse_non_boolean_conditions(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:

@@ -332,8 +332,55 @@ def run_statement(conn: psycopg.Connection, sql: str, kind: str, rng: random.Ran
         timer.cancel()
 
 
+# Ties under ORDER BY ... LIMIT are broken arbitrarily, and the clock and random() differ per run.
+_UNCOMPARABLE = re.compile(r"\b(ORDER BY|LIMIT|now|random|gen_random_uuid|current_timestamp|clock_timestamp)\b",
+                           re.I)
+
+
+def answer(conn: psycopg.Connection, sql: str) -> tuple[str, Any]:
+    """("ok", (columns, sorted rows as printed)) or ("error", sqlstate). Doubles are compared to
+    12 significant digits: the engines add them in different orders."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            if cur.description is None or cur.pgresult is None:
+                return "ok", None
+            result = cur.pgresult
+            floats = {i for i, d in enumerate(cur.description) if d.type_code in (700, 701)}
+            rows = []
+            for r in range(result.ntuples):
+                row = []
+                for c in range(result.nfields):
+                    v = result.get_value(r, c)
+                    text = None if v is None else bytes(v).decode()
+                    if text is not None and c in floats:
+                        try:
+                            text = f"{float(text):.12g}"
+                        except ValueError:
+                            pass
+                    row.append(text)
+                rows.append(tuple(row))
+            columns = [(d.name, d.type_code) for d in cur.description]
+            return "ok", (columns, sorted(rows, key=lambda r: tuple((v is None, v or "") for v in r)))
+    except psycopg.Error as e:
+        return "error", e.sqlstate
+
+
+def engines_differ(conn: psycopg.Connection, spark: psycopg.Connection, sql: str) -> dict[str, Any] | None:
+    """The same query through the embedded engine (`conn`) and Spark (`spark`, told to use it for
+    every read): None when both give the same columns and rows (or both fail), else both answers."""
+    embedded = answer(conn, sql)
+    used = conn.execute("SHOW streamdb.last_query_engine").fetchone()
+    on_spark = answer(spark, sql)
+    if embedded[0] == on_spark[0] == "error" or embedded == on_spark:
+        return None
+    return {"sql": sql, "embedded": embedded, "spark": on_spark, "engine": used[0] if used else None}
+
+
 def fuzz(dsn: str, statements: int, seed: int, *, cancel_after: float = 0.3, slow_after: float = 20.0,
-         log: Callable[[str], None] | None = None) -> dict[str, Any]:
+         log: Callable[[str], None] | None = None, compare_engines: bool = False) -> dict[str, Any]:
+    """`compare_engines`: each plain SELECT that ran (no ORDER BY or LIMIT: ties would be
+    arbitrary) runs again through both engines, and differing answers are reported."""
     rng = random.Random(seed)
     state = State(prefix=f"fz{seed % 10000}_{rng.randrange(10**6)}")
     gen = Generator(rng, state)
@@ -346,6 +393,11 @@ def fuzz(dsn: str, statements: int, seed: int, *, cancel_after: float = 0.3, slo
     slowest: list[tuple[float, str]] = []
     started = time.monotonic()
     conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    spark = psycopg.connect(dsn, autocommit=True, connect_timeout=10) if compare_engines else None
+    if spark is not None:
+        spark.execute("SET streamdb.spark_read_threshold_rows = 0")
+    differences: list[dict[str, Any]] = []
+    compared = 0
     try:
         for _ in range(statements):
             sql, rel, kind = gen.statement()
@@ -357,6 +409,13 @@ def fuzz(dsn: str, statements: int, seed: int, *, cancel_after: float = 0.3, slo
             slowest = sorted([*slowest, (round(took, 2), sql[:200])], reverse=True)[:3]
             sqlstates[sqlstate or "ok"] += 1
             if sqlstate is None:
+                if spark is not None and kind == "select" and not _UNCOMPARABLE.search(sql):
+                    compared += 1
+                    difference = engines_differ(conn, spark, sql)
+                    if difference is not None:
+                        differences.append(difference)
+                        if log:
+                            log(f"engines differ: {difference}")
                 if rel is not None:
                     state.relations.append(rel)
                 elif kind == "create_view":
@@ -387,6 +446,8 @@ def fuzz(dsn: str, statements: int, seed: int, *, cancel_after: float = 0.3, slo
                 except psycopg.Error:
                     pass
         conn.close()
+        if spark is not None:
+            spark.close()
     elapsed = time.monotonic() - started
     return {
         "seed": seed,
@@ -399,6 +460,8 @@ def fuzz(dsn: str, statements: int, seed: int, *, cancel_after: float = 0.3, slo
         "filed_internal_errors": len(filed),
         "connection_lost": lost,
         "slowest": slowest,
+        "compared": compared,
+        "engine_differences": differences,
     }
 
 
@@ -410,11 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=5432)
     ap.add_argument("--user", default="streamdb")
     ap.add_argument("--database", default="streamdb")
+    ap.add_argument("--compare-engines", action="store_true",
+                    help="run each plain SELECT through both engines and report differing answers")
     args = ap.parse_args(argv)
     dsn = f"postgresql://{args.user}@{args.host}:{args.port}/{args.database}"
-    report = fuzz(dsn, args.statements, args.seed, log=lambda line: print(line, file=sys.stderr))
-    print(json.dumps(report, indent=2))
-    return 1 if report["internal_errors"] or report["connection_lost"] else 0
+    report = fuzz(dsn, args.statements, args.seed, log=lambda line: print(line, file=sys.stderr),
+                  compare_engines=args.compare_engines)
+    print(json.dumps(report, indent=2, default=str))
+    return 1 if report["internal_errors"] or report["connection_lost"] or report["engine_differences"] else 0
 
 
 if __name__ == "__main__":
