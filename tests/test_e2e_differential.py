@@ -2,7 +2,8 @@
 
 Every query of tests/differential/corpus.sql runs in a real PostgreSQL and, over the same tables,
 in StreamDB ad hoc on the embedded engine, ad hoc on Spark and as a materialized view, before and
-after a round of UPDATEs, DELETEs and INSERTs. Each answer must print the same text as
+after a round of UPDATEs, DELETEs and INSERTs (Spark, a recomputation like the embedded engine,
+in the first round only). Each answer must print the same text as
 PostgreSQL's: the same column names and types, and the same rows (in PostgreSQL's order where
 the query orders them completely, as a multiset otherwise and for views). The view's second
 answer is its incremental maintenance checked against PostgreSQL's recomputation.
@@ -155,7 +156,9 @@ def test_queries_answer_as_postgresql_does_ad_hoc_on_both_engines_and_in_views(
                     sql = _fill(q.sql, names)
                     expected = answer(pg, sql)
                     unordered = expected.unordered()
-                    runs: list[tuple[str, psycopg.Connection, str]] = [("embedded", conn, sql), ("spark", spark, sql)]
+                    runs: list[tuple[str, psycopg.Connection, str]] = [("embedded", conn, sql)]
+                    if round_name == "initial data":  # Spark ad hoc is a recomputation either way
+                        runs.append(("spark", spark, sql))
                     if q.view_refused is None:
                         runs.append(("view", conn, f"SELECT * FROM {views[q.name]}"))
                     for engine, c, text in runs:

@@ -65,9 +65,9 @@ def test_former_internal_errors_have_sqlstates(conn, unique, ddl, statement, sql
 def test_sql_fuzzer_finds_no_answer_that_differs_between_the_engines(server):
     """Every plain SELECT the fuzzer generates runs through the embedded engine and through
     Spark: the same columns and rows, or both refuse it."""
-    report = sql_fuzz.fuzz(server.dsn, statements=800, seed=20261127, compare_engines=True)
+    report = sql_fuzz.fuzz(server.dsn, statements=500, seed=20261127, compare_engines=True)
     print("sql fuzz, engines compared:", report["compared"], "differences:", report["engine_differences"])
-    assert report["compared"] > 40
+    assert report["compared"] > 30
     assert report["engine_differences"] == []
     assert report["internal_errors"] == []
 

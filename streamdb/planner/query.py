@@ -936,10 +936,23 @@ def _rounds_a_float(node: exp.Expr) -> bool:
     return node.meta.get("float_round", False) or (arg.type is not None and arg.type.is_type(*_FLOATS))
 
 
+def _is_numeric_percentile(node: exp.Expr) -> bool:
+    """percentile_cont(p) WITHIN GROUP (ORDER BY x) of a number: PostgreSQL computes it in double
+    precision (the embedded engine in x's own type)."""
+    if not isinstance(node, exp.WithinGroup) or not isinstance(node.this, exp.PercentileCont):
+        return False
+    order = node.expression
+    if not isinstance(order, exp.Order) or len(order.expressions) != 1:
+        return False
+    t = order.expressions[0].this.type
+    return t is not None and (t.is_type(*exp.DataType.INTEGER_TYPES) or t.is_type(*exp.DataType.REAL_TYPES))
+
+
 def _mark_float_roundings(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
-    """Marks (meta `float_round`) the round(x) and integer casts of doubles in `query`, found on
-    a typed copy, so every engine's copy rounds them as PostgreSQL does."""
-    nodes = [n for n in query.find_all(exp.Round, exp.Cast)]
+    """Marks, found on a typed copy, the round(x) and integer casts of doubles in `query` (meta
+    `float_round`) and percentile_cont of numbers (meta `double_percentile`), so every engine's
+    copy computes them as PostgreSQL does."""
+    nodes = [n for n in query.find_all(exp.Round, exp.Cast, exp.WithinGroup)]
     if not nodes:
         return
     for i, n in enumerate(nodes):
@@ -948,14 +961,22 @@ def _mark_float_roundings(query: exp.Expression, inputs: tuple[RelationInput, ..
         typed = _typed_copy(query, inputs)
     except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engines' own rounding
         return
-    marked = {n.meta.get("round_id") for n in typed.find_all(exp.Round, exp.Cast) if _rounds_a_float(n)}
+    rounds = {n.meta.get("round_id") for n in typed.find_all(exp.Round, exp.Cast) if _rounds_a_float(n)}
+    percentiles = {n.meta.get("round_id") for n in typed.find_all(exp.WithinGroup) if _is_numeric_percentile(n)}
     for i, n in enumerate(nodes):
-        if i in marked:
+        if i in rounds:
             n.meta["float_round"] = True
+        if i in percentiles:
+            n.meta["double_percentile"] = True
 
 
 def _duckdb_float_rounds(query: exp.Expression) -> exp.Expression:
-    """round(double) half to even in the embedded engine (its casts to integers already are)."""
+    """round(double) half to even in the embedded engine (its casts to integers already are), and
+    percentile_cont of numbers in double precision."""
+    for within in query.find_all(exp.WithinGroup):
+        if within.meta.get("double_percentile"):
+            key = within.expression.expressions[0]
+            key.set("this", exp.Cast(this=key.this.copy(), to=exp.DataType.build("DOUBLE")))
     for node in list(query.find_all(exp.Round)):
         if node.meta.get("float_round"):
             even = exp.Anonymous(this="round_even", expressions=[node.this.copy(), exp.Literal.number(0)])

@@ -266,7 +266,6 @@ SELECT dept, age, grouping(dept, age) AS g, count(*) AS n
 FROM {people} GROUP BY GROUPING SETS ((dept), (age), ());
 
 -- query: percentile and mode
--- known: embedded, spark, view: percentile_cont is numeric (PostgreSQL: double precision)
 SELECT dept, percentile_cont(0.5) WITHIN GROUP (ORDER BY salary) AS median,
     percentile_disc(0.5) WITHIN GROUP (ORDER BY age) AS mid_age
 FROM {people} GROUP BY dept;
