@@ -49,3 +49,21 @@ def test_embedded_sql_keeps_nulls_last_after_desc():
     assert tree.sql(dialect=EmbeddedDuckDB) == "SELECT id FROM t ORDER BY s DESC NULLS LAST, id"
     tree = sqlglot.parse_one("SELECT id FROM t ORDER BY s DESC", read="postgres")
     assert tree.sql(dialect=EmbeddedDuckDB) == "SELECT id FROM t ORDER BY s DESC"
+
+
+def test_only_doubles_round_half_to_even():
+    """round(avg(int)) is round of a numeric in PostgreSQL (half away from zero), though sqlglot
+    types avg() as a double: only operands of a certain type are rounded as doubles."""
+    from streamdb import types as T
+    from streamdb.catalog import CatalogSnapshot, ColumnDef, RelationDef
+    from streamdb.planner.context import PlanContext, SessionInfo
+    from streamdb.planner.query import plan_query
+    from streamdb.sql.parser import parse_one
+
+    rel = RelationDef(id=1, name="t", kind="table", primary_key=("id",), owner="streamdb",
+                      columns=(ColumnDef("id", T.INTEGER), ColumnDef("f", T.DOUBLE)))
+    ctx = PlanContext(catalog=CatalogSnapshot(1, {"t": rel}), session=SessionInfo(user="streamdb", database="streamdb"))
+    plan = plan_query(parse_one("SELECT round(f) AS a, round(avg(id)) AS b, f::int AS c FROM t GROUP BY f"), ctx)
+    assert plan.duckdb_sql.count("ROUND_EVEN(") == 1 and "ROUND(" in plan.duckdb_sql
+    spark_sql = plan.spark_sql
+    assert spark_sql.count("RINT(") == 2, spark_sql  # round(f) and f::int, not round(avg(id))

@@ -37,6 +37,7 @@ from streamdb.planner.numeric_scale import unconstrained_numeric_casts
 from streamdb.planner.plans import QueryPlan, RelationInput
 from streamdb.planner.regexps import rewrite_regexp_functions
 from streamdb.planner.typing import (
+    certain_type,
     describe_query,
     duckdb_template,
     exact_numeric_avg,
@@ -933,7 +934,10 @@ def _rounds_a_float(node: exp.Expr) -> bool:
         arg = node.this
     else:
         return False
-    return node.meta.get("float_round", False) or (arg.type is not None and arg.type.is_type(*_FLOATS))
+    if node.meta.get("float_round", False):
+        return True
+    t = certain_type(arg)  # not avg(): a double to sqlglot, numeric (rounded half up) to PostgreSQL
+    return t is not None and t.is_type(*_FLOATS)
 
 
 def _is_numeric_percentile(node: exp.Expr) -> bool:
@@ -944,7 +948,7 @@ def _is_numeric_percentile(node: exp.Expr) -> bool:
     order = node.expression
     if not isinstance(order, exp.Order) or len(order.expressions) != 1:
         return False
-    t = order.expressions[0].this.type
+    t = certain_type(order.expressions[0].this)
     return t is not None and (t.is_type(*exp.DataType.INTEGER_TYPES) or t.is_type(*exp.DataType.REAL_TYPES))
 
 

@@ -238,6 +238,25 @@ def _pg_type_name(t: exp.DataType) -> str:
     return _PG_TYPE_NAMES.get(spelled.upper().split("(")[0], spelled.lower())
 
 
+def certain_type(node: exp.Expr, *, functions: bool = False) -> exp.DataType | None:
+    """sqlglot's type of `node` where it is certain: a column, a cast, a number literal, and
+    arithmetic of numbers; with `functions`, function calls too (their category is right, if not
+    always their type: avg() is a double to sqlglot, numeric to PostgreSQL). None elsewhere:
+    sqlglot types `date - date` as a date, where PostgreSQL has an integer."""
+    node = node.unnest()
+    if isinstance(node, (exp.Column, exp.Cast)) or (isinstance(node, exp.Literal) and node.is_number):
+        return node.type
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg)):
+        parts = [node.this] if isinstance(node, exp.Neg) else [node.this, node.expression]
+        types = [certain_type(p, functions=functions) for p in parts]
+        if all(t is not None and t.this in _NUMBERS for t in types):
+            return node.type
+        return None
+    if functions and isinstance(node, exp.Func):
+        return node.type
+    return None
+
+
 def refuse_casts_postgresql_lacks(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
     """PostgreSQL's 42846 for a cast between numbers and dates or times (`1::date`,
     `now()::bigint`), which it has no cast for: the embedded engine would not look at it where no
@@ -250,8 +269,8 @@ def refuse_casts_postgresql_lacks(query: exp.Expression, inputs: tuple[RelationI
     if typed is None:
         return
     for cast in typed.find_all(exp.Cast):
-        source, target = cast.this.type, cast.to
-        if source is None or isinstance(cast.this, exp.Null):
+        source, target = certain_type(cast.this, functions=True), cast.to
+        if source is None:
             continue
         if _lacks_cast(source.this, target.this):
             raise CannotCoerce(f"cannot cast type {_pg_type_name(source)} to {_pg_type_name(target)}")
