@@ -258,9 +258,9 @@ def certain_type(node: exp.Expr, *, functions: bool = False) -> exp.DataType | N
 
 
 def refuse_casts_postgresql_lacks(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
-    """PostgreSQL's 42846 for a cast between numbers and dates or times (`1::date`,
-    `now()::bigint`), which it has no cast for: the embedded engine would not look at it where no
-    row reaches it, and Spark refuses it with another SQLSTATE."""
+    """PostgreSQL's 42846 for a cast it has none for (`1::date`, `now()::bigint`,
+    `bytea::smallint`, `smallint::boolean`; see `_lacks_cast`): the embedded engine would not look
+    at it where no row reaches it, and Spark refuses it with another SQLSTATE."""
     casts = [c for c in query.find_all(exp.Cast)
              if c.to.this in _DATES_AND_TIMES or c.to.this in _NUMBERS or c.to.this is _BOOL]
     if not casts:
