@@ -823,8 +823,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     refuse_non_boolean_conditions(query, inputs)
     refuse_casts_postgresql_lacks(query, inputs)
     refuse_comparisons_postgresql_lacks(query, inputs)
-    _postgres_sum_types(query, inputs)
-    _mark_float_roundings(query, inputs)
+    _mark_from_types(query, inputs)
 
     def column_type(col: exp.Column) -> T.SqlType | None:
         name = normalize(col.this) if isinstance(col.this, exp.Identifier) else ""
@@ -890,30 +889,6 @@ def _typed_copy(query: exp.Expression, inputs: tuple[RelationInput, ...], *,
     return annotate_types(typed, schema=schema, dialect="postgres")
 
 
-def _postgres_sum_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
-    """sum() of smallint or integer is bigint in Postgres; the embedded engine would give a
-    128-bit integer (numeric to clients). Cast those sums, found on a typed copy."""
-    sums = list(query.find_all(exp.Sum))
-    if not sums:
-        return
-    for i, s in enumerate(sums):
-        s.meta["sum_id"] = i
-    try:
-        typed = _typed_copy(query, inputs)
-    except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engine's own type
-        return
-    small = {s.meta.get("sum_id") for s in typed.find_all(exp.Sum)
-             if s.this is not None and s.this.type is not None and s.this.type.this in _SMALL_INTS}
-    intervals = {s.meta.get("sum_id") for s in typed.find_all(exp.Sum)
-                 if s.this is not None and s.this.type is not None and s.this.type.this is exp.DataType.Type.INTERVAL}
-    for i, s in enumerate(sums):
-        if i in intervals:
-            s.meta["interval_sum"] = True  # for the embedded engine's copy: _duckdb_interval_sums
-        if i in small:
-            target = s.parent if isinstance(s.parent, exp.Window) else s
-            target.replace(exp.Cast(this=target.copy(), to=exp.DataType.build("BIGINT")))
-
-
 # PostgreSQL adds intervals field by field: months, days and the time apart.
 _INTERVAL_SUM_PARTS = (("TO_MONTHS", "INT", "DATEPART('year', __x) * 12 + DATEPART('month', __x)"),
                        ("TO_DAYS", "INT", "DATEPART('day', __x)"),
@@ -952,26 +927,41 @@ def _is_numeric_percentile(node: exp.Expr) -> bool:
     return t is not None and (t.is_type(*exp.DataType.INTEGER_TYPES) or t.is_type(*exp.DataType.REAL_TYPES))
 
 
-def _mark_float_roundings(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
-    """Marks, found on a typed copy, the round(x) and integer casts of doubles in `query` (meta
-    `float_round`) and percentile_cont of numbers (meta `double_percentile`), so every engine's
-    copy computes them as PostgreSQL does."""
-    nodes = [n for n in query.find_all(exp.Round, exp.Cast, exp.WithinGroup)]
+def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
+    """Where the engines must be told what PostgreSQL's types decide, found on one typed copy:
+    sum() of smallint or integer is bigint (the embedded engine would give a 128-bit integer,
+    numeric to clients), so it is cast; sum(interval) (meta `interval_sum`, for
+    _duckdb_interval_sums), round(x) and integer casts of doubles (meta `float_round`) and
+    percentile_cont of numbers (meta `double_percentile`) are marked for each engine's copy."""
+    nodes = list(query.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup))
     if not nodes:
         return
     for i, n in enumerate(nodes):
-        n.meta["round_id"] = i
+        n.meta["typed_id"] = i
     try:
         typed = _typed_copy(query, inputs)
-    except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engines' own rounding
+    except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engines' own types
         return
-    rounds = {n.meta.get("round_id") for n in typed.find_all(exp.Round, exp.Cast) if _rounds_a_float(n)}
-    percentiles = {n.meta.get("round_id") for n in typed.find_all(exp.WithinGroup) if _is_numeric_percentile(n)}
-    for i, n in enumerate(nodes):
-        if i in rounds:
-            n.meta["float_round"] = True
-        if i in percentiles:
-            n.meta["double_percentile"] = True
+    small: set[int] = set()
+    for n in typed.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup):
+        found = n.meta.get("typed_id")
+        if not isinstance(found, int):
+            continue
+        i = found
+        if isinstance(n, exp.Sum):
+            t = n.this.type if n.this is not None else None
+            if t is not None and t.this in _SMALL_INTS:
+                small.add(i)
+            elif t is not None and t.this is exp.DataType.Type.INTERVAL:
+                nodes[i].meta["interval_sum"] = True
+        elif _rounds_a_float(n):
+            nodes[i].meta["float_round"] = True
+        elif _is_numeric_percentile(n):
+            nodes[i].meta["double_percentile"] = True
+    for i in sorted(small):
+        node = nodes[i]
+        target = node.parent if isinstance(node.parent, exp.Window) else node
+        target.replace(exp.Cast(this=target.copy(), to=exp.DataType.build("BIGINT")))
 
 
 def _duckdb_float_rounds(query: exp.Expression) -> exp.Expression:
