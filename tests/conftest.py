@@ -185,10 +185,10 @@ def server_directory(prefix: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def running_server(name: str) -> Iterator[ServerProcess]:
+def running_server(name: str, extra_env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
     """A started server on a data directory of its own, stopped and removed at exit."""
     with server_directory(f"streamdb-{name}-") as d:
-        srv = ServerProcess(Path(d) / "data", name)
+        srv = ServerProcess(Path(d) / "data", name, extra_env=extra_env)
         srv.start()
         try:
             yield srv
@@ -198,8 +198,9 @@ def running_server(name: str) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[ServerProcess]:
-    """The shared server for end-to-end tests (real Spark in local mode)."""
-    with running_server("shared") as srv:
+    """The shared server for end-to-end tests (real Spark in local mode), with the failpoints
+    a test hits by writing their marker (streamdb/runtime/failpoints.py)."""
+    with running_server("shared", {"STREAMDB_TEST_FAILPOINTS": "view-commit"}) as srv:
         yield srv
 
 

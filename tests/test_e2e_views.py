@@ -98,6 +98,15 @@ def normalize(rows):
     return sorted((tuple(cell(v) for v in r) for r in rows), key=repr)
 
 
+def assert_failed_alone(conn, failed: tuple[str, ...], running: tuple[str, ...]) -> dict[str, tuple]:
+    """SHOW QUERIES says the `failed` views failed and the `running` ones (of the same pipeline)
+    go on; returns its rows by name."""
+    status = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert [status[n][2] for n in failed] == ["failed"] * len(failed)
+    assert [status[n][2] for n in running] == ["running (incremental)"] * len(running)
+    return status
+
+
 def check_views(conn, names: dict[str, str]) -> None:
     conn.execute("FLUSH")
     for view, query in names.items():
@@ -372,9 +381,7 @@ def test_integer_overflow_fails_its_view_only(conn, unique):
     assert normalize(conn.execute(f"SELECT * FROM {fine}").fetchall()) == normalize(conn.execute(queries[fine]).fetchall())
     assert sorted(conn.execute(f"SELECT * FROM {fine}").fetchall()) == [
         (1, 1000000), (2, 2000000), (3, 5000000000)]
-    status = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
-    assert [status[n][2] for n in (scaled, grouped, small)] == ["failed"] * 3
-    assert status[fine][2] == "running (incremental)"
+    assert_failed_alone(conn, (scaled, grouped, small), (fine,))
     conn.execute(f"DELETE FROM {t} WHERE id = 3")
     conn.execute("FLUSH")
     check_views(conn, queries)
@@ -382,6 +389,122 @@ def test_integer_overflow_fails_its_view_only(conn, unique):
     assert sorted(conn.execute(f"SELECT * FROM {grouped}").fetchall()) == [(0, -3999999), (1, 3000001)]
     conn.execute(f"DROP TABLE {t} CASCADE")
 
+
+def test_a_view_whose_batch_cannot_be_applied_fails_alone_and_is_rebuilt(conn, unique):
+    """A bug applying one view's batch (the view-commit failpoint, hit by a marker row) failed
+    the whole pipeline's batch, so every view sharing the pipeline stopped with that view's error.
+    Now that view alone fails (XX000 in FLUSH, reads and SHOW QUERIES) while the others go on,
+    and once the cause is gone its rebuild from its inputs brings it back, equal to its query."""
+    t = f"fp_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, g INT, s TEXT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 1, 'a'), (2, 2, 'b')")
+    victim, other = f"victim_{unique}", f"bystander_{unique}"
+    queries = {victim: f"SELECT g, max(s) AS s, count(*) AS n FROM {t} GROUP BY g",
+               other: f"SELECT g, count(*) AS n FROM {t} GROUP BY g"}  # the same pipeline (depth 1)
+    for name, query in queries.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    conn.execute(f"INSERT INTO {t} VALUES (3, 1, 'streamdb-failpoint:view-commit')")
+    with pytest.raises(psycopg.errors.InternalError_, match="failpoint view-commit"):
+        conn.execute(f"FLUSH {victim}")
+    with pytest.raises(psycopg.errors.InternalError_, match="failpoint view-commit"):
+        conn.execute(f"SELECT * FROM {victim}")
+    conn.execute(f"INSERT INTO {t} VALUES (4, 2, 'c')")
+    conn.execute(f"FLUSH {other}")
+    assert sorted(conn.execute(f"SELECT * FROM {other}").fetchall()) == [(1, 2), (2, 2)]
+    assert "failpoint" in assert_failed_alone(conn, (victim,), (other,))[victim][7]
+    conn.execute(f"DELETE FROM {t} WHERE id = 3")
+    deadline = time.monotonic() + 120  # rebuilt at the pipeline's restart, after a backoff
+    while True:
+        try:
+            conn.execute(f"FLUSH {victim}")
+            break
+        except psycopg.errors.InternalError_:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    conn.execute("FLUSH")
+    check_views(conn, queries)
+    assert sorted(conn.execute(f"SELECT * FROM {victim}").fetchall()) == [(1, "a", 1), (2, "c", 2)]
+    conn.execute(f"DROP TABLE {t} CASCADE")
+
+
+def test_views_over_time_columns(conn, unique):
+    """A TIME column (PostgreSQL's time without time zone) in a view's input: any view over such a
+    relation failed at CREATE (XX000, Spark could not read the log's time vectors), even one not
+    reading the column. Filters, group keys, min/max over a table with deletes, top-N, a join on
+    it and its text, each compared with the same query as a batch after changes."""
+    t, s = f"shifts_{unique}", f"clock_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, c TIME)")
+    conn.execute(f"CREATE STREAM {s} (k INT, c TIME)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 1, '09:00:00'), (2, 1, '17:30:00.25'), (3, 2, '00:00:00'), "
+                 f"(4, 2, NULL), (5, 3, '23:59:59.999999')")
+    conn.execute(f"INSERT INTO {s} VALUES (1, '09:00:00'), (2, '10:15:00'), (2, NULL)")
+    names = [f"{n}_{unique}" for n in ("late", "per_time", "bounds", "last2", "same_time", "plain", "text")]
+    queries = dict(zip(names, (
+        f"SELECT k, c FROM {s} WHERE c > '09:30'",
+        f"SELECT c, count(*) AS n FROM {s} GROUP BY c",
+        f"SELECT k, min(c) AS lo, max(c) AS hi FROM {t} GROUP BY k",
+        f"SELECT id, c FROM {t} ORDER BY c DESC NULLS LAST LIMIT 2",
+        f"SELECT a.id, b.k FROM {t} a JOIN {s} b ON a.c = b.c",
+        f"SELECT k, count(*) AS n FROM {s} GROUP BY k",
+        f"SELECT id, c::text AS txt FROM {t}",
+    ), strict=True))
+    for name, query in queries.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    conn.execute("FLUSH")
+    check_views(conn, queries)
+    bounds, text = names[2], names[6]
+    assert sorted(conn.execute(f"SELECT * FROM {bounds}").fetchall(), key=lambda r: r[0]) == [
+        (1, dt.time(9), dt.time(17, 30, 0, 250000)), (2, dt.time(0), dt.time(0)),
+        (3, dt.time(23, 59, 59, 999999), dt.time(23, 59, 59, 999999))]
+    conn.execute(f"DELETE FROM {t} WHERE id IN (1, 5)")  # the minimum of 1, all of 3
+    conn.execute(f"UPDATE {t} SET c = '08:00:00.5' WHERE id = 4")
+    conn.execute(f"INSERT INTO {s} VALUES (3, '17:30:00.25'), (1, '08:00:00.5')")
+    conn.execute("FLUSH")
+    check_views(conn, queries)
+    assert sorted(conn.execute(f"SELECT * FROM {bounds}").fetchall(), key=lambda r: r[0]) == [
+        (1, dt.time(17, 30, 0, 250000), dt.time(17, 30, 0, 250000)), (2, dt.time(0), dt.time(8, 0, 0, 500000))]
+    assert sorted(conn.execute(f"SELECT * FROM {text}").fetchall()) == [
+        (2, "17:30:00.25"), (3, "00:00:00"), (4, "08:00:00.5")]
+    conn.execute(f"DROP TABLE {t} CASCADE")
+    conn.execute(f"DROP STREAM {s} CASCADE")
+
+
+def test_a_sum_past_the_numeric_range_fails_its_view_only(conn, unique):
+    """A sum the operators compute exactly but a stored numeric cannot hold (28 digits before the
+    point) is that view's error (22003), in the view itself and in views reading it through a
+    join or a HAVING: it failed the whole pipeline's batch, so every other view stalled (XX000).
+    Deleting the row heals them."""
+    t, s = f"big_{unique}", f"ticks_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, g INT, x NUMERIC)")
+    conn.execute(f"CREATE STREAM {s} (k INT)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 1, 9e27), (2, 2, 5)")
+    conn.execute(f"INSERT INTO {s} VALUES (1), (2)")
+    sums, having, joined, other = (f"{n}_{unique}" for n in ("sums", "having", "joined", "other"))
+    queries = {sums: f"SELECT g, sum(x) AS total FROM {t} GROUP BY g",
+               having: f"SELECT g, sum(x) AS total FROM {t} GROUP BY g HAVING sum(x) > 1",
+               joined: f"SELECT a.g, a.total, b.k FROM (SELECT g, sum(x) AS total FROM {t} GROUP BY g) a "
+                       f"JOIN {s} b ON a.g = b.k",
+               other: f"SELECT k, count(*) AS n FROM {s} GROUP BY k"}
+    for name, query in queries.items():
+        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    conn.execute(f"INSERT INTO {t} VALUES (3, 1, 9e27)")
+    conn.execute(f"INSERT INTO {s} VALUES (2)")
+    for name in (sums, having, joined):
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange, match="numeric field overflow"):
+            conn.execute(f"FLUSH {name}")
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            conn.execute(f"SELECT * FROM {name}")
+    conn.execute(f"FLUSH {other}")
+    assert sorted(conn.execute(f"SELECT * FROM {other}").fetchall()) == [(1, 1), (2, 2)]
+    assert_failed_alone(conn, (sums, having, joined), (other,))
+    conn.execute(f"DELETE FROM {t} WHERE id = 3")
+    conn.execute("FLUSH")
+    check_views(conn, queries)
+    assert sorted(conn.execute(f"SELECT * FROM {sums}").fetchall()) == [
+        (1, Decimal("9000000000000000000000000000")), (2, Decimal(5))]
+    conn.execute(f"DROP TABLE {t} CASCADE")
+    conn.execute(f"DROP STREAM {s} CASCADE")
 
 def test_create_stream_and_table_as_select(conn, unique):
     src = f"pv_{unique}"

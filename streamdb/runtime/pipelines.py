@@ -20,6 +20,7 @@ restarted with backoff; see docs/views.md.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -38,11 +39,12 @@ import pyarrow.compute as pc
 
 from streamdb import metrics as M
 from streamdb.catalog import CatalogSnapshot, RelationDef
-from streamdb.errors import StreamDBError
+from streamdb.errors import InternalError, StreamDBError
 from streamdb.planner import dataflow as D
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.runtime import changes as C
+from streamdb.runtime import failpoints
 from streamdb.runtime.reader import LOG_FROM, read_log
 from streamdb.storage.base import Append, Commit, LogReaderSpec, partials_store, state_store
 
@@ -62,6 +64,9 @@ FIRST_ALLOCATED_OPS = 1 << 30
 NEXT_OPS_KEY = b"pipeline-next-ops"
 RETRY_MIN_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
+# The stored plan fingerprint of a view whose batch could not be applied: no plan has it, so the
+# pipeline's next start rebuilds the view from its inputs.
+_BROKEN = "broken"
 # Bumped when the compiled form of dataflows changes: views then rebuild their state.
 PLAN_VERSION = "2"  # 2: timestamps and dates as integers in row and key JSON
 
@@ -167,6 +172,10 @@ class PipelineManager:
         self._errors: dict[int, dict[str, int]] = {}  # view -> "sqlstate:message" -> count
         self._closing: dict[int, _CloseSpec] = {}  # EMIT ON WINDOW CLOSE views
         self._next_ops: int | None = None  # see FIRST_ALLOCATED_OPS
+        # Views whose pipeline batch could not be applied, until their pipeline restarts and
+        # rebuilds them; and how many times in a row that happened (their backoff).
+        self._broken: dict[int, StreamDBError] = {}
+        self._rebuilds: dict[int, int] = {}
 
     # ---- strategy -------------------------------------------------------------------------
 
@@ -285,6 +294,7 @@ class PipelineManager:
             for vid, df in sorted(views.items()):
                 view = catalog.by_id(vid)
                 assert view is not None
+                self._broken.pop(vid, None)  # its stored state names no plan: rebuilt below
                 state = self._load_state(vid, snap)
                 fp = fingerprint(df)
                 if state is None or state.fp != fp or state.depth != depth or fresh:
@@ -446,26 +456,44 @@ class PipelineManager:
             changed = False
             now = dt.datetime.now(dt.UTC)
             rels = offsets.get("rels", {})
+            broken: list[int] = []
             with engine.storage.snapshot() as snap:
                 for vid, df in running.views.items():
                     view = catalog.by_id(vid)
                     state = self._states.get(vid)
-                    if view is None or state is None or state.batch >= batch_id:
-                        continue  # dropped, or this batch is a replay it already reflects
+                    if view is None or state is None or state.batch >= batch_id or vid in self._broken:
+                        continue  # dropped, this batch is a replay it already reflects, or to be rebuilt
                     closed_until = state.closed_until
                     spec = self._closing.get(vid)
-                    if state.log_from is not None:
-                        changed |= self._append_rows(view, tables.get(vid), commit, now) > 0
-                    else:
-                        if spec is None:
-                            weights = self._weights(view, tables.get(vid))
+                    mark = (len(commit.appends), len(commit.puts), len(commit.deletes))
+                    try:
+                        failpoints.view_commit(view.name, tables.get(vid))
+                        if state.log_from is not None:
+                            changed |= self._append_rows(view, tables.get(vid), commit, now) > 0
                         else:
-                            weights, closed_until = self._emit_on_close(view, spec, state, tables.get(vid), snap,
-                                                                        commit)
-                        changed |= stage_changes(view, snap, weights, commit, now) > 0
-                    if vid in errors:
-                        self._stage_errors(vid, errors[vid], snap, commit)
-                    done = state.done or backfill_done(offsets, vid)
+                            if spec is None:
+                                weights = self._weights(view, tables.get(vid))
+                            else:
+                                weights, closed_until = self._emit_on_close(view, spec, state, tables.get(vid),
+                                                                            snap, commit)
+                            changed |= stage_changes(view, snap, weights, commit, now) > 0
+                        if vid in errors:
+                            self._stage_errors(vid, errors[vid], snap, commit)
+                    except Exception as e:  # noqa: BLE001 - one view's bug must not stop the pipeline's others
+                        # Its changes are left out, so its rows no longer follow its inputs: it
+                        # reads as failed until a rebuild from its inputs (the pipeline's next
+                        # start, after a backoff) replaces them. A stored state that names no
+                        # plan makes a restart of the server rebuild it too.
+                        del commit.appends[mark[0]:], commit.puts[mark[1]:], commit.deletes[mark[2]:]
+                        self._errors.pop(vid, None)  # the cached multiset may hold this batch's errors
+                        error = e if isinstance(e, StreamDBError) else InternalError(f"{type(e).__name__}: {e}")
+                        log.exception("view %s: applying pipeline batch %d failed; it is rebuilt", view.name,
+                                      batch_id)
+                        self._broken[vid] = error
+                        self._stage_state(vid, dataclasses.replace(state, fp=_BROKEN, batch=batch_id), snap, commit)
+                        broken.append(vid)
+                        continue
+                    done = state.done or backfill_done(offsets, vid, state.joins, state.ops_base)
                     processed = {rid: tuple(rels[str(rid)]) for rid in df.relations() if str(rid) in rels}
                     st = self.maintainer.status_of(vid)
                     progress: dict[str, Any] = {"epoch": st.epochs + (1 if done else 0)}
@@ -475,7 +503,7 @@ class PipelineManager:
                                            done, closed_until=closed_until, log_from=state.log_from)
                     self._stage_state(vid, new_state, snap, commit, progress)
                     applied.append((vid, done, processed, closed_until))
-            if not applied:
+            if not applied and not broken:
                 return
             state_rows = None if running.state_rows is None else running.state_rows + state_rows_added
             if state_rows is not None:
@@ -497,10 +525,28 @@ class PipelineManager:
                     st.last_epoch_at = time.time()
                     engine.metrics.epoch_done(M.MATERIALIZED_VIEW, elapsed / 1000)
                 self._show_errors(vid)
+                if done:
+                    self._rebuilds.pop(vid, None)
             running.failures = 0
             running.failed = None
+            for vid in broken:
+                self._show_broken(running, vid)
         # Push queries and views recomputed by the epoch driver may read these views' changes.
-        self.maintainer.progressed(wake=changed)
+        self.maintainer.progressed(wake=changed or bool(broken))
+
+    def _show_broken(self, running: _Running, view_id: int) -> None:
+        """Show a view whose batch could not be applied as failed, and restart its pipeline (which
+        rebuilds it) after a backoff that grows while its rebuilds fail again."""
+        error = self._broken[view_id]
+        st = self.maintainer.status_of(view_id)
+        st.error, st.error_sqlstate, st.error_in_rows = error.message, error.sqlstate, False
+        self._states[view_id].fp = _BROKEN
+        failures = self._rebuilds[view_id] = self._rebuilds.get(view_id, 0) + 1
+        delay = min(RETRY_MAX_SECONDS, RETRY_MIN_SECONDS * 2 ** (failures - 1))
+        at = time.monotonic() + delay
+        running.retry_at = at if running.retry_at is None else min(running.retry_at, at)
+        self.engine.metrics.spark_failed(M.MATERIALIZED_VIEW)
+        log.warning("view %s failed (rebuilt in %.0fs): %s", view_id, delay, error.message)
 
     def _stage_errors(self, view_id: int, delta: dict[str, int], snap: Any, commit: Commit) -> None:
         """The view's errors as a multiset of messages, like its rows: a retracted bad row takes its

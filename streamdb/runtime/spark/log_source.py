@@ -6,7 +6,8 @@ partition), `__tag` (a view id for the rows of that view's backfill, else NULL),
 `__rowtime`, then each relation's columns as `r<id>_<i>` (NULL for the other relations' rows).
 
 Offsets are plain JSON: `{"rels": {rel: [end per partition]}, "views": {view: {rel: [J...]}},
-"bf": {view: {rel: [backfilled up to, per partition]}}}`.
+"gens": {view: generation}, "bf": {view: {rel: [backfilled up to, per partition]}}}`; a view's
+backfill progress carries over only within its generation (`_same_generation`).
 `latestOffset` (on the driver side, in pyspark's source runner) reads the logs' current ends;
 the partitions of a batch are a pure function of its start and end offsets, so a batch replayed
 after a crash reads exactly the same changes. A view joins the live stream at offsets J fixed
@@ -53,7 +54,7 @@ class _Range(InputPartition):
 
 class LogSource(DataSource):
     """Options: `plan`, JSON with `log` (LogReaderSpec fields), `relations` ({id: {partitions,
-    columns: [[log column, wide name]...]}}), `views` (join points), `schema` (Arrow schema as
+    columns: [[log column, wide name]...]}}), `views` (join points), `gens` (generations), `schema` (Arrow schema as
     [[name, type string]...]) and `spark_schema` (the same as a Spark StructType's JSON)."""
 
     @classmethod
@@ -106,11 +107,12 @@ class LogStreamReader(DataSourceStreamReader):
                 starts = start.get("rels", {}).get(rid) or floors.get(rid) or ends
                 rels[rid] = [take(lo, hi) if lo < hi else lo for lo, hi in zip(_pad(starts, len(ends)), ends, strict=True)]
         bf: dict[str, dict[str, list[int]]] = {}
+        gens = self.plan.get("gens", {})
         for vid, joins in views.items():
-            done = start.get("bf", {}).get(vid, {}) if vid in start.get("views", {}) else {}
+            done = start.get("bf", {}).get(vid, {}) if _same_generation(start, views, gens, vid) else {}
             bf[vid] = {rid: [take(lo, j) for lo, j in zip(_pad(done.get(rid, []), len(js)), js, strict=True)]
                        for rid, js in joins.items()}
-        return {"rels": rels, "views": views, "bf": bf}
+        return {"rels": rels, "views": views, "gens": gens, "bf": bf}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         out: list[InputPartition] = []
@@ -119,9 +121,8 @@ class LogStreamReader(DataSourceStreamReader):
             starts = start.get("rels", {}).get(rid) or floors.get(rid) or list(ends)
             for p, (lo, hi) in enumerate(zip(_pad(starts, len(ends)), ends, strict=True)):
                 _chunks(out, int(rid), p, lo, hi, None)
-        old_views = start.get("views", {})
         for vid, progress in end.get("bf", {}).items():
-            fresh = vid not in old_views
+            fresh = not _same_generation(start, end.get("views", {}), end.get("gens", {}), vid)
             if fresh:
                 out.append(_Range(SEED_RELATION, 0, 0, 1, int(vid)))
             before = {} if fresh else start.get("bf", {}).get(vid, {})
@@ -163,14 +164,32 @@ class LogStreamReader(DataSourceStreamReader):
         pass
 
 
-def backfill_done(offsets: dict[str, Any], view_id: int) -> bool:
-    """Whether the view's backfill is complete as of these (end) offsets."""
-    key = str(view_id)
-    joins = offsets.get("views", {}).get(key)
-    progress = offsets.get("bf", {}).get(key)
-    if joins is None or progress is None:
+def _same_generation(start: dict[str, Any], views: dict[str, Any], gens: dict[str, Any], vid: str) -> bool:
+    """Whether `start` holds the backfill progress of this generation of the view: the same join
+    points and the same generation (a view rebuilt under its id has new operators, whose state
+    starts empty: its whole history is backfilled again, and its seed row sent again). Offsets
+    written before generations were recorded compare by join points alone."""
+    before = start.get("views", {}).get(vid)
+    if before is None or before != views.get(vid):
         return False
-    return all(list(progress.get(rid, [])) == list(js) for rid, js in joins.items())
+    return "gens" not in start or start["gens"].get(vid) == gens.get(vid)
+
+
+def backfill_done(offsets: dict[str, Any], view_id: int, joins: dict[int, tuple[int, ...]], generation: int) -> bool:
+    """Whether the generation of the view that joined at `joins` has its whole backfill as of
+    these (end) offsets. A batch Spark replays after a restart has the offsets it was planned
+    with: another generation's, when the view was rebuilt in between, whose backfill is not
+    this one's."""
+    key = str(view_id)
+    recorded = offsets.get("views", {}).get(key)
+    progress = offsets.get("bf", {}).get(key)
+    if recorded is None or progress is None:
+        return False
+    if recorded != {str(rid): list(js) for rid, js in joins.items()}:
+        return False
+    if "gens" in offsets and offsets["gens"].get(key) != generation:
+        return False
+    return all(list(progress.get(rid, [])) == list(js) for rid, js in recorded.items())
 
 
 def _floors(views: dict[str, Any]) -> dict[str, list[int]]:

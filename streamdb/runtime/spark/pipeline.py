@@ -31,7 +31,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -274,6 +274,8 @@ class _Compiler:
         return {"log": {"kind": self.log_spec.kind, "path": self.log_spec.path,
                         "kafka_bootstrap": self.log_spec.kafka_bootstrap},
                 "relations": rels, "views": views, "spark_schema": spark_schema.json(),
+                # A view's generation: its first operator's id, new at each rebuild (LogStream.java).
+                "gens": {str(v.view_id): v.ops_base for v in self.views},
                 "max_rows": log_source.MAX_ROWS}
 
     # -- which operator instances there are --
@@ -391,6 +393,9 @@ class _Compiler:
 
         self._errors: list[_Arm] = []
         self._convert: dict[str, str] = {}  # fields of decoded structs back from their JSON form
+        # Decoded aggregate results that can be out of their type's range ({column: (condition,
+        # 'SQLSTATE:message')}): a sum past what a numeric or bigint holds is the view's error.
+        self._decode_failures: dict[str, tuple[str, str]] = {}
         decode = _Decoded()
         arms: list[_Arm] = []
         for v in self.views:
@@ -544,8 +549,17 @@ class _Compiler:
                 if i < ngroup:
                     names[col] = field(column, group, i)
                 else:
-                    template = self.schemas[(frontier, "agg", i - ngroup)][1]
-                    names[col] = decode.column(carrier, template.format(f"a[{i - ngroup}]"))
+                    out_type, template = self.schemas[(frontier, "agg", i - ngroup)]
+                    raw = f"a[{i - ngroup}]"
+                    failure = _range_failure(frontier.aggs[i - ngroup].fn, out_type)
+                    if failure is None:
+                        names[col] = decode.column(carrier, template.format(raw))
+                    else:
+                        # TRY_CAST: the decoding is computed for every row of the frame, so it
+                        # must not raise; the arms reading it route an out-of-range value to
+                        # the view's errors instead.
+                        names[col] = decode.column(carrier, "TRY_" + template.format(raw))
+                        self._decode_failures[names[col]] = (f"({raw} IS NOT NULL AND {names[col]} IS NULL)", failure)
         else:  # a TopN's or a Session's rows, or a Scan's carried up by PASS ops
             key = (frontier, 0) if isinstance(frontier, (D.TopN, D.Session)) else frontier
             schema = self.schemas[key]
@@ -597,7 +611,14 @@ class _Compiler:
         if isinstance(consumer, D.Reduce) and side == EXPIRE_SIDE:
             arm.fields["w"] = "0"  # not a change: the Combiner passes it on, the Reduce drops the group
         asts = [*p.exprs, *(substitute(e, defs) for e in _value_asts(consumer, side))]
-        err = _row_errors(p.cond, asts, names)
+        decoded = [self._decode_failures[c] for c in dict.fromkeys(names.values()) if c in self._decode_failures]
+        if decoded and consumer == "sink" and b == self.depth and not p.cond and _row_errors([], asts, names) is None:
+            # Only an aggregate out of range can fail, and the row goes to the sink: the arm's
+            # error column names the rows that fail (the sink keeps them apart), rather than a
+            # second arm: sums are common, and every arm costs each batch's planning.
+            arm.fields["__err"] = "CASE " + " ".join(f"WHEN coalesce({c}, false) THEN {m}" for c, m in decoded) + " END"
+            return arm
+        err = _row_errors(p.cond, asts, names, decoded)
         if err is not None:
             failing, text = err
             arm.cond = f"{cond} AND NOT ({failing})" + "".join(f" AND ({render(c, names)})" for c in p.cond)
@@ -959,11 +980,13 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
 
 
 def _row_errors(conds: list[exp.Expression], values: list[exp.Expression],
-                names: dict[str, str]) -> tuple[str, str] | None:
+                names: dict[str, str], decoded: Sequence[tuple[str, str]] = ()) -> tuple[str, str] | None:
     """When a row of a path would raise an error, as Postgres would: (a condition over the
     frontier's columns, true for the rows whose filters before the failing expression pass and that
-    fail it; the error's 'SQLSTATE:message' as Spark SQL). None: nothing on the path can fail."""
-    terms: list[tuple[str, str]] = []
+    fail it; the error's 'SQLSTATE:message' as Spark SQL). None: nothing on the path can fail.
+    `decoded`: failures of the frontier's own columns (an aggregate out of range), which come
+    before any filter."""
+    terms: list[tuple[str, str]] = list(decoded)
     for i, c in enumerate(conds):
         before = [f"({render(x, names)})" for x in conds[:i]]
         terms += [(" AND ".join([*before, f]), m) for f, m in _failures(c, names)]
@@ -1082,6 +1105,21 @@ def _arg_class(fn: str) -> str:
     return "bool" if fn in ("bool_and", "bool_or") else "value"
 
 
+def _range_failure(fn: str, out_type: str) -> str | None:
+    """The view error ('SQLSTATE:message' as Spark SQL) of an aggregate result the operator
+    computed exactly (BigDecimal) that does not fit its Spark type; None if every result fits
+    (counts, and min/max, which are input values)."""
+    if fn not in ("sum", "avg"):
+        return None
+    if out_type == "bigint":
+        return "'22003:bigint out of range'"
+    if out_type.startswith("decimal("):
+        precision, scale = (int(x) for x in out_type[len("decimal("):-1].split(","))
+        return (f"'22003:numeric field overflow (a numeric here holds less than 10^{precision - scale} "
+                "in absolute value)'")
+    return None
+
+
 def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
     """How an aggregate argument (or sort key) travels as text: (encoding SQL, value type code for
     the operator, decoding template of the aggregate's result, the result's Spark type)."""
@@ -1125,6 +1163,10 @@ def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
                 "CAST(timestamp_micros(CAST({} AS BIGINT)) AS TIMESTAMP_NTZ)", "timestamp_ntz")
     if base == "date":
         return f"CAST(unix_date({value}) AS STRING)", "long", "date_from_unix_date(CAST({} AS INT))", "date"
+    if base == "time":
+        # Spark prints a time as HH:MM:SS with the fraction's trailing zeros dropped: in the
+        # order of the values, as the operators compare text.
+        return f"CAST(({value}) AS STRING)", "string", f"CAST({{}} AS {vtype.upper()})", vtype
     raise FeatureNotSupported(f"{fn} over values of type {vtype}")
 
 
@@ -1198,6 +1240,10 @@ class StreamingPipeline:
         # metrics, 100 views), yet each walked all of its expressions every batch. They only
         # optimize, so leaving them out changes no result (queryPlanning -15 to -28%).
         session.conf.set("spark.sql.optimizer.excludedRules", ",".join(_UNUSED_OPTIMIZER_RULES))
+        # Spark checks some of a plan's types against the calling thread's active session, not
+        # the plan's: this thread may have none, and the defaults refuse TIME columns.
+        jvm_session = session._jvm.org.apache.spark.sql.SparkSession  # type: ignore[union-attr]
+        jvm_session.setActiveSession(session._jsparkSession)
         try:
             self.compiled = _Compiler(session, relations, views, depth, log_spec).build()
             self._session = session
@@ -1215,6 +1261,8 @@ class StreamingPipeline:
                 log.exception("compiling pipeline %s", self.name)
                 raise InternalError(f"compiling the views failed: {type(e).__name__}: {e}") from e
             raise translate_spark_error(e) from e
+        finally:
+            jvm_session.clearActiveSession()
         self._watcher = threading.Thread(target=self._watch, args=(self._query,), name=f"pipeline-{self.name}",
                                          daemon=True)
         self._watcher.start()

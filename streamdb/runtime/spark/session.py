@@ -413,6 +413,9 @@ class SparkRuntime:
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
+            # PostgreSQL's time (without time zone) is Spark's TIME, which Spark 4.3 refuses in
+            # a relation's schema unless this is on.
+            "spark.sql.timeType.enabled": "true",
             "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
             "spark.local.dir": str(work / "spark-local"),
             "spark.sql.catalogImplementation": "in-memory",

@@ -11,6 +11,7 @@ import java.util.Map;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.TimeMicroVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamReader;
 import org.apache.arrow.vector.util.TransferPair;
@@ -157,6 +158,21 @@ final class LogReaderFactory implements PartitionReaderFactory {
       return new ColumnarBatch(cols, n);
     }
 
+    /** A TIME column (microseconds of the day in the log) as Spark's TimeType, which holds
+     * nanoseconds: Spark's Arrow reader knows only nanosecond time vectors. */
+    private ColumnVector nanosOfDay(TimeMicroVector v, DataType type, int n) {
+      OnHeapColumnVector out = new OnHeapColumnVector(n, type);
+      for (int r = 0; r < n; r++) {
+        if (v.isNull(r)) {
+          out.putNull(r);
+        } else {
+          out.putLong(r, v.get(r) * 1000L);
+        }
+      }
+      current.add(out);
+      return out;
+    }
+
     private ColumnarBatch wide(VectorSchemaRoot root, int from, int n, long firstOffset) {
       boolean whole = from == 0 && n == root.getRowCount();
       ColumnVector[] cols = new ColumnVector[schema.fields().length];
@@ -172,7 +188,7 @@ final class LogReaderFactory implements PartitionReaderFactory {
             v = (FieldVector) t.getTo();
             current.add(v);
           }
-          cols[i] = new ArrowColumnVector(v);
+          cols[i] = v instanceof TimeMicroVector ? nanosOfDay((TimeMicroVector) v, f.dataType(), n) : new ArrowColumnVector(v);
           continue;
         }
         if (name.equals("__off")) {

@@ -116,11 +116,13 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
       }
     }
     out.set("views", views.deepCopy());
+    JsonNode gens = plan.has("gens") ? plan.get("gens") : JSON.createObjectNode();
+    out.set("gens", gens.deepCopy());
     ObjectNode bf = out.putObject("bf");
     for (Iterator<Map.Entry<String, JsonNode>> it = views.fields(); it.hasNext(); ) {
       Map.Entry<String, JsonNode> e = it.next();
       String vid = e.getKey();
-      JsonNode done = start.path("views").has(vid) ? start.path("bf").path(vid) : JSON.createObjectNode();
+      JsonNode done = sameGeneration(start, views, gens, vid) ? start.path("bf").path(vid) : JSON.createObjectNode();
       ObjectNode progress = bf.putObject(vid);
       for (Iterator<Map.Entry<String, JsonNode>> r = e.getValue().fields(); r.hasNext(); ) {
         Map.Entry<String, JsonNode> join = r.next();
@@ -133,6 +135,20 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
       }
     }
     return new LogOffset(out);
+  }
+
+  /**
+   * Whether `start` holds the backfill progress of this generation of the view: the same join
+   * points and the same generation (a view rebuilt under its id has new operators, whose state
+   * starts empty: its whole history is backfilled again, and its seed row sent again). Offsets
+   * written before generations were recorded compare by join points alone.
+   */
+  private static boolean sameGeneration(JsonNode start, JsonNode views, JsonNode gens, String vid) {
+    JsonNode before = start.path("views").path(vid);
+    if (before.isMissingNode() || !before.equals(views.path(vid))) {
+      return false;
+    }
+    return !start.has("gens") || start.path("gens").path(vid).equals(gens.path(vid));
   }
 
   private static long take(long[] left, long lo, long hi) {
@@ -199,11 +215,10 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
         chunks(out, Integer.parseInt(rid), p, starts[p], ends[p], null);
       }
     }
-    JsonNode oldViews = start.path("views");
     for (Iterator<Map.Entry<String, JsonNode>> it = end.path("bf").fields(); it.hasNext(); ) {
       Map.Entry<String, JsonNode> e = it.next();
       String vid = e.getKey();
-      boolean fresh = !oldViews.has(vid);
+      boolean fresh = !sameGeneration(start, end.path("views"), end.path("gens"), vid);
       if (fresh) {
         out.add(new LogPartition(SEED_RELATION, 0, 0, 1, Integer.parseInt(vid)));
       }

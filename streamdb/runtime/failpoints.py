@@ -1,0 +1,28 @@
+"""Faults the test suite switches on to reach failure paths no real input reaches today (as
+Materialize's failpoints): all off unless $STREAMDB_TEST_FAILPOINTS names them, comma-separated.
+
+- `view-commit`: applying a pipeline batch to a view fails while the batch holds a text value
+  containing VIEW_COMMIT_MARKER, so a test can break one view of a shared pipeline with a row,
+  and mend it by deleting the row."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamdb.errors import InternalError
+
+ENABLED = frozenset(filter(None, os.environ.get("STREAMDB_TEST_FAILPOINTS", "").split(",")))
+VIEW_COMMIT_MARKER = "streamdb-failpoint:view-commit"
+
+
+def view_commit(view_name: str, table: pa.Table | None) -> None:
+    """Raise as a bug in applying `table` (a view's batch) would, if the failpoint is on and hit."""
+    if "view-commit" not in ENABLED or table is None:
+        return
+    for column in table.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            if pc.any(pc.match_substring(column, VIEW_COMMIT_MARKER)).as_py():
+                raise InternalError(f'failpoint view-commit: view "{view_name}" met its marker')
