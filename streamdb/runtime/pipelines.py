@@ -176,6 +176,9 @@ class PipelineManager:
         # rebuilds them; and how many times in a row that happened (their backoff).
         self._broken: dict[int, StreamDBError] = {}
         self._rebuilds: dict[int, int] = {}
+        self._rebuild_at: dict[int, float] = {}  # monotonic time its backoff ends
+        # Rebuilt after such a failure: still read as failed, with it, until the backfill is in.
+        self._healing: dict[int, StreamDBError] = {}
 
     # ---- strategy -------------------------------------------------------------------------
 
@@ -291,10 +294,23 @@ class PipelineManager:
             else:
                 raw = snap.get(META, rows_key)
                 state_rows = int(raw) if raw is not None else None
+            for book in (self._broken, self._rebuilds, self._rebuild_at, self._healing):
+                for gone in [k for k in book if catalog.by_id(k) is None]:  # dropped views
+                    del book[gone]
+            # A failed view stays out of the pipeline until its backoff ends (`retry_at` brings
+            # it back), however often the pipeline restarts for other views in between.
+            waiting = [vid for vid in views if vid in self._broken
+                       and self._rebuild_at.get(vid, 0.0) > time.monotonic()]
+            if len(waiting) == len(views):
+                waiting = []
             for vid, df in sorted(views.items()):
+                if vid in waiting:
+                    continue
                 view = catalog.by_id(vid)
                 assert view is not None
-                self._broken.pop(vid, None)  # its stored state names no plan: rebuilt below
+                failure = self._broken.pop(vid, None)  # its stored state names no plan: rebuilt below
+                if failure is not None:
+                    self._healing[vid] = failure
                 state = self._load_state(vid, snap)
                 fp = fingerprint(df)
                 if state is None or state.fp != fp or state.depth != depth or fresh:
@@ -322,6 +338,7 @@ class PipelineManager:
                 self._errors.pop(vid, None)
                 self._errors_of(vid, snap)
                 self._show_errors(vid)
+                self._show_healing(vid, state.done)
                 flows.append(ViewFlow(vid, df, state.ops_base, state.joins))
         if commit.puts or commit.appends or commit.deletes:
             engine.storage.commit(commit)
@@ -334,6 +351,8 @@ class PipelineManager:
         entry = _Running(depth, pipeline, key, views, state_rows=state_rows)
         if running is not None:
             entry.failures = running.failures
+        if waiting:
+            entry.retry_at = min(self._rebuild_at[vid] for vid in waiting)
         self._running[depth] = entry
         try:
             t1 = time.monotonic()
@@ -525,6 +544,7 @@ class PipelineManager:
                     st.last_epoch_at = time.time()
                     engine.metrics.epoch_done(M.MATERIALIZED_VIEW, elapsed / 1000)
                 self._show_errors(vid)
+                self._show_healing(vid, done)
                 if done:
                     self._rebuilds.pop(vid, None)
             running.failures = 0
@@ -543,10 +563,22 @@ class PipelineManager:
         self._states[view_id].fp = _BROKEN
         failures = self._rebuilds[view_id] = self._rebuilds.get(view_id, 0) + 1
         delay = min(RETRY_MAX_SECONDS, RETRY_MIN_SECONDS * 2 ** (failures - 1))
-        at = time.monotonic() + delay
+        at = self._rebuild_at[view_id] = time.monotonic() + delay
         running.retry_at = at if running.retry_at is None else min(running.retry_at, at)
         self.engine.metrics.spark_failed(M.MATERIALIZED_VIEW)
         log.warning("view %s failed (rebuilt in %.0fs): %s", view_id, delay, error.message)
+
+    def _show_healing(self, view_id: int, done: bool) -> None:
+        """A view rebuilt after its batch could not be applied reads as failed, with that failure,
+        until its rebuild has its whole backfill: not as a partial result."""
+        failure = self._healing.get(view_id)
+        if failure is None:
+            return
+        if done:
+            del self._healing[view_id]
+            return
+        st = self.maintainer.status_of(view_id)
+        st.error, st.error_sqlstate, st.error_in_rows = failure.message, failure.sqlstate, False
 
     def _stage_errors(self, view_id: int, delta: dict[str, int], snap: Any, commit: Commit) -> None:
         """The view's errors as a multiset of messages, like its rows: a retracted bad row takes its
