@@ -85,6 +85,18 @@ def fingerprint(dataflow: D.Dataflow) -> str:
 
 
 @dataclass
+class _Failed:
+    """A view whose pipeline batch could not be applied (a bug in the server's commit). It stays
+    out of its pipeline until `retry_at` (a backoff doubling with each attempt), then is rebuilt
+    from its inputs, reading as failed with `error` until the rebuild has its whole backfill."""
+
+    error: StreamDBError
+    attempts: int = 0
+    retry_at: float = 0.0  # time.monotonic()
+    rebuilding: bool = False
+
+
+@dataclass
 class _Running:
     depth: int
     pipeline: Any  # StreamingPipeline
@@ -172,13 +184,7 @@ class PipelineManager:
         self._errors: dict[int, dict[str, int]] = {}  # view -> "sqlstate:message" -> count
         self._closing: dict[int, _CloseSpec] = {}  # EMIT ON WINDOW CLOSE views
         self._next_ops: int | None = None  # see FIRST_ALLOCATED_OPS
-        # Views whose pipeline batch could not be applied, until their pipeline restarts and
-        # rebuilds them; and how many times in a row that happened (their backoff).
-        self._broken: dict[int, StreamDBError] = {}
-        self._rebuilds: dict[int, int] = {}
-        self._rebuild_at: dict[int, float] = {}  # monotonic time its backoff ends
-        # Rebuilt after such a failure: still read as failed, with it, until the backfill is in.
-        self._healing: dict[int, StreamDBError] = {}
+        self._failed: dict[int, _Failed] = {}  # views whose batch could not be applied
 
     # ---- strategy -------------------------------------------------------------------------
 
@@ -294,13 +300,12 @@ class PipelineManager:
             else:
                 raw = snap.get(META, rows_key)
                 state_rows = int(raw) if raw is not None else None
-            for book in (self._broken, self._rebuilds, self._rebuild_at, self._healing):
-                for gone in [k for k in book if catalog.by_id(k) is None]:  # dropped views
-                    del book[gone]
+            for gone in [k for k in self._failed if catalog.by_id(k) is None]:  # dropped views
+                del self._failed[gone]
             # A failed view stays out of the pipeline until its backoff ends (`retry_at` brings
             # it back), however often the pipeline restarts for other views in between.
-            waiting = [vid for vid in views if vid in self._broken
-                       and self._rebuild_at.get(vid, 0.0) > time.monotonic()]
+            waiting = [vid for vid in views if (f := self._failed.get(vid)) is not None
+                       and not f.rebuilding and f.retry_at > time.monotonic()]
             if len(waiting) == len(views):
                 waiting = []
             for vid, df in sorted(views.items()):
@@ -308,9 +313,8 @@ class PipelineManager:
                     continue
                 view = catalog.by_id(vid)
                 assert view is not None
-                failure = self._broken.pop(vid, None)  # its stored state names no plan: rebuilt below
-                if failure is not None:
-                    self._healing[vid] = failure
+                if (failed := self._failed.get(vid)) is not None:
+                    failed.rebuilding = True  # its stored state names no plan: rebuilt below
                 state = self._load_state(vid, snap)
                 fp = fingerprint(df)
                 if state is None or state.fp != fp or state.depth != depth or fresh:
@@ -352,7 +356,7 @@ class PipelineManager:
         if running is not None:
             entry.failures = running.failures
         if waiting:
-            entry.retry_at = min(self._rebuild_at[vid] for vid in waiting)
+            entry.retry_at = min(self._failed[vid].retry_at for vid in waiting)
         self._running[depth] = entry
         try:
             t1 = time.monotonic()
@@ -480,7 +484,9 @@ class PipelineManager:
                 for vid, df in running.views.items():
                     view = catalog.by_id(vid)
                     state = self._states.get(vid)
-                    if view is None or state is None or state.batch >= batch_id or vid in self._broken:
+                    failed = self._failed.get(vid)
+                    if view is None or state is None or state.batch >= batch_id or (
+                            failed is not None and not failed.rebuilding):
                         continue  # dropped, this batch is a replay it already reflects, or to be rebuilt
                     closed_until = state.closed_until
                     spec = self._closing.get(vid)
@@ -508,7 +514,8 @@ class PipelineManager:
                         error = e if isinstance(e, StreamDBError) else InternalError(f"{type(e).__name__}: {e}")
                         log.exception("view %s: applying pipeline batch %d failed; it is rebuilt", view.name,
                                       batch_id)
-                        self._broken[vid] = error
+                        failed = self._failed.setdefault(vid, _Failed(error))
+                        failed.error, failed.rebuilding = error, False
                         self._stage_state(vid, dataclasses.replace(state, fp=_BROKEN, batch=batch_id), snap, commit)
                         broken.append(vid)
                         continue
@@ -545,8 +552,6 @@ class PipelineManager:
                     engine.metrics.epoch_done(M.MATERIALIZED_VIEW, elapsed / 1000)
                 self._show_errors(vid)
                 self._show_healing(vid, done)
-                if done:
-                    self._rebuilds.pop(vid, None)
             running.failures = 0
             running.failed = None
             for vid in broken:
@@ -557,13 +562,13 @@ class PipelineManager:
     def _show_broken(self, running: _Running, view_id: int) -> None:
         """Show a view whose batch could not be applied as failed, and restart its pipeline (which
         rebuilds it) after a backoff that grows while its rebuilds fail again."""
-        error = self._broken[view_id]
+        failed = self._failed[view_id]
+        error = failed.error
         st = self.maintainer.status_of(view_id)
         st.error, st.error_sqlstate, st.error_in_rows = error.message, error.sqlstate, False
-        self._states[view_id].fp = _BROKEN
-        failures = self._rebuilds[view_id] = self._rebuilds.get(view_id, 0) + 1
-        delay = min(RETRY_MAX_SECONDS, RETRY_MIN_SECONDS * 2 ** (failures - 1))
-        at = self._rebuild_at[view_id] = time.monotonic() + delay
+        failed.attempts += 1
+        delay = min(RETRY_MAX_SECONDS, RETRY_MIN_SECONDS * 2 ** (failed.attempts - 1))
+        at = failed.retry_at = time.monotonic() + delay
         running.retry_at = at if running.retry_at is None else min(running.retry_at, at)
         self.engine.metrics.spark_failed(M.MATERIALIZED_VIEW)
         log.warning("view %s failed (rebuilt in %.0fs): %s", view_id, delay, error.message)
@@ -571,14 +576,14 @@ class PipelineManager:
     def _show_healing(self, view_id: int, done: bool) -> None:
         """A view rebuilt after its batch could not be applied reads as failed, with that failure,
         until its rebuild has its whole backfill: not as a partial result."""
-        failure = self._healing.get(view_id)
-        if failure is None:
+        failed = self._failed.get(view_id)
+        if failed is None or not failed.rebuilding:
             return
-        if done:
-            del self._healing[view_id]
+        if done:  # healed: its backoff starts over at the next failure
+            del self._failed[view_id]
             return
         st = self.maintainer.status_of(view_id)
-        st.error, st.error_sqlstate, st.error_in_rows = failure.message, failure.sqlstate, False
+        st.error, st.error_sqlstate, st.error_in_rows = failed.error.message, failed.error.sqlstate, False
 
     def _stage_errors(self, view_id: int, delta: dict[str, int], snap: Any, commit: Commit) -> None:
         """The view's errors as a multiset of messages, like its rows: a retracted bad row takes its
