@@ -167,7 +167,10 @@ class PostgresCdcSource(SourceThread):
         """Apply the changes the slot has; False when it had none."""
         # Up to a position taken first: when nothing of this table committed before it, the slot can
         # move there (else an upstream busy with other tables keeps its WAL for this slot forever).
-        upto = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        # The flushed position, not the written one: decoding stops at the flushed WAL, so with
+        # asynchronous commits a written-only transaction would be passed over, then the advance
+        # below (clamped to the flush, which moves meanwhile) would move the slot past it: lost.
+        upto = conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
         rows = conn.execute(
             "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s, %s, 'proto_version', '1', "
             "'publication_names', %s)", (self.slot, upto, BATCH_CHANGES, self.publication)).fetchall()
