@@ -1356,8 +1356,13 @@ class StreamingPipeline:
             self.last_batch_rows = table.num_rows
             errors = _errors(table)
             tables.update(_split(table, reads.plain))
+            # A view without rows in the batch keeps its result: its recomputation (several Spark
+            # jobs, ~100 ms each even over nothing) would give no changes.
+            changed = _views_with_rows(frame, reads.recomputed) if frame is not None else set()
             for s in reads.recomputed:
                 assert frame is not None
+                if s.view_id not in changed:
+                    continue
                 result = self._recompute(frame, s)
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
@@ -1429,6 +1434,13 @@ class StreamingPipeline:
         for prefix in ("__all", "__fresh", "__p0", "__p1"):
             session.catalog.dropTempView(f"{prefix}_{tag}")
         return table
+
+
+def _views_with_rows(frame: DataFrame, views: list[SinkView]) -> set[int]:
+    """Which of `views` have rows (other than errors) in the batch: one job over the cached batch."""
+    ids = ", ".join(str(s.view_id) for s in views)
+    rows = frame.where(f"__view IN ({ids}) AND __err IS NULL").select("__view").distinct().collect()
+    return {int(r[0]) for r in rows}
 
 
 @dataclass(frozen=True)
