@@ -1358,12 +1358,12 @@ class StreamingPipeline:
             tables.update(_split(table, reads.plain))
             # A view without rows in the batch keeps its result: its recomputation (several Spark
             # jobs, ~100 ms each even over nothing) would give no changes.
-            changed = _views_with_rows(frame, reads.recomputed) if frame is not None else set()
+            changed = _views_with_rows(frame, reads.recomputed) if frame is not None else {}
             for s in reads.recomputed:
                 assert frame is not None
                 if s.view_id not in changed:
                     continue
-                result = self._recompute(frame, s)
+                result = self._recompute(frame, s, fresh=changed[s.view_id])
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
             committing = time.monotonic()
@@ -1383,9 +1383,10 @@ class StreamingPipeline:
                 log.debug("pipeline %s: batch %s durations %s", self.name, progress.get("batchId"),
                           progress.get("durationMs"))
 
-    def _recompute(self, frame: DataFrame, s: SinkView) -> pa.Table | None:
+    def _recompute(self, frame: DataFrame, s: SinkView, fresh: bool) -> pa.Table | None:
         """A recomputed view's changes: its query over the old and over the new contents of each
-        partition the batch touched, the old result retracted and the new one added."""
+        partition the batch touched, the old result retracted and the new one added. The batch
+        has rows of the view; `fresh`: one of them is a partition seen for the first time."""
         assert s.recompute is not None
         node = s.recompute
         compiled = self.compiled
@@ -1396,7 +1397,6 @@ class StreamingPipeline:
         rows = frame.where(f"__view = {s.view_id} AND __err IS NULL")
         tag = f"{s.view_id}_{int(time.monotonic() * 1000)}"
         rows.createOrReplaceTempView(f"__all_{tag}")
-        rows.where("__side = 2").createOrReplaceTempView(f"__fresh_{tag}")
         columns = ", ".join(f"{_from_json_value(f'r.{quote(c)}', t)} AS {quote(c)}"
                             for c, t in zip(s.input_columns, s.input_types, strict=True))
         contents = session.sql(
@@ -1423,24 +1423,25 @@ class StreamingPipeline:
                     t.set("this", exp.to_identifier(f"__p{gen}_{tag}"))
             # No error routing here: a Python function's error fails the batch, loudly.
             sql = render(query, names, carry_errors=False)
-            guard = f"EXISTS (SELECT 1 FROM __all_{tag})"
-            if gen == 0 and s.global_:
+            if gen == 0 and s.global_ and fresh:
                 # The one partition seen for the first time: its old result is nothing, not the
                 # query over no rows (a row, for an aggregate). A partitioned query gives no rows
                 # for a partition without rows, and other partitions of the batch are not fresh.
-                guard += f" AND NOT EXISTS (SELECT 1 FROM __fresh_{tag})"
-            parts.append(f"SELECT q.*, CAST({weight} AS BIGINT) AS __w FROM ({sql}) q WHERE {guard}")
+                continue
+            parts.append(f"SELECT q.*, CAST({weight} AS BIGINT) AS __w FROM ({sql}) q")
         table = session.sql(" UNION ALL ".join(parts)).toArrow()
-        for prefix in ("__all", "__fresh", "__p0", "__p1"):
+        for prefix in ("__all", "__p0", "__p1"):
             session.catalog.dropTempView(f"{prefix}_{tag}")
         return table
 
 
-def _views_with_rows(frame: DataFrame, views: list[SinkView]) -> set[int]:
-    """Which of `views` have rows (other than errors) in the batch: one job over the cached batch."""
+def _views_with_rows(frame: DataFrame, views: list[SinkView]) -> dict[int, bool]:
+    """Which of `views` have rows (other than errors) in the batch, and whether one of them is of a
+    partition seen for the first time (side 2): one job over the cached batch."""
     ids = ", ".join(str(s.view_id) for s in views)
-    rows = frame.where(f"__view IN ({ids}) AND __err IS NULL").select("__view").distinct().collect()
-    return {int(r[0]) for r in rows}
+    rows = frame.where(f"__view IN ({ids}) AND __err IS NULL").groupBy("__view") \
+        .agg({"__side": "max"}).collect()
+    return {int(r[0]): r[1] == 2 for r in rows}
 
 
 @dataclass(frozen=True)
