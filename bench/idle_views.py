@@ -8,7 +8,7 @@ idle view is in every batch: its cost per batch should be near nothing, whatever
 views. The peer is the same server before any idle view, measured in the same run: reported as
 the ratio of each step's median to that one. Figures, never assertions.
 
-    .venv/bin/python bench/idle_views.py [--steps 0,10,20,40] [--samples 7] [--spark-master local[2]]
+    .venv/bin/python bench/idle_views.py [--steps 0,10,20] [--samples 7] [--spark-master local[2]]
 
 Results: bench/results/idle_views.json.
 """
@@ -47,7 +47,7 @@ def add_table(conn: psycopg.Connection[Any], name: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", default="0,10,20,40", help="idle tables (2 views each) at each step")
+    ap.add_argument("--steps", default="0,10,20", help="idle tables (2 views each) at each step")
     ap.add_argument("--samples", type=int, default=7)
     ap.add_argument("--spark-master", default="local[2]")
     args = ap.parse_args()

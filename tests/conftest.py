@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,18 @@ def running_server(name: str, extra_env: dict[str, str] | None = None) -> Iterat
             yield srv
         finally:
             srv.stop()
+
+
+def create_views(server: ServerProcess, views: dict[str, str], sessions: int = 8) -> None:
+    """`CREATE MATERIALIZED VIEW name AS query` for each of `views`, from several sessions at once
+    (as clients would): the pipeline takes them in a few restarts, where one session creating
+    them in turn costs a restart and a first batch per view."""
+    def create(name: str) -> None:
+        with server.connect() as own:
+            own.execute(f"CREATE MATERIALIZED VIEW {name} AS {views[name]}")
+
+    with ThreadPoolExecutor(sessions) as pool:
+        list(pool.map(create, views))
 
 
 @pytest.fixture(scope="session")

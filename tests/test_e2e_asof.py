@@ -8,6 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import create_views
+
 # name -> (SQL with {a}, {b}, {s}; for the reference: left relation, LEFT?, operator, operands mirrored?)
 VIEWS = {
     "inner_le": ("SELECT a.id, a.k, a.t, b.id AS bid, b.t AS bt FROM {a} a ASOF JOIN {b} b "
@@ -78,11 +80,9 @@ def asof_views(server):
         c.execute(f"CREATE TABLE {a} (k INT, t INT, id INT PRIMARY KEY)")
         c.execute(f"CREATE TABLE {b} (k INT, t INT, id INT PRIMARY KEY)")
         c.execute(f"CREATE STREAM {s} (k INT, t INT)")
-        names = {}
-        for name, (sql, *_rest) in VIEWS.items():
-            c.execute(f"CREATE MATERIALIZED VIEW mv_{name}_{suffix} AS {sql.format(a=a, b=b, s=s)}")
-            names[name] = f"mv_{name}_{suffix}"
-        c.execute(f"CREATE MATERIALIZED VIEW mv_agg_{suffix} AS {AGG_VIEW.format(a=a, b=b)}")
+        names = {name: f"mv_{name}_{suffix}" for name in VIEWS}
+        create_views(server, {f"mv_{name}_{suffix}": sql.format(a=a, b=b, s=s) for name, (sql, *_rest) in VIEWS.items()}
+                     | {f"mv_agg_{suffix}": AGG_VIEW.format(a=a, b=b)})
         for name in ("inner_le", "left_gt", "left_ge_mirrored"):  # kept incrementally, not recomputed
             plan = "\n".join(r[0] for r in c.execute(f"EXPLAIN CREATE MATERIALIZED VIEW x_{suffix} AS "
                                                       f"{VIEWS[name][0].format(a=a, b=b, s=s)}").fetchall())

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import create_views
+
 T0 = dt.datetime(2024, 1, 1)
 SEC = dt.timedelta(seconds=1)
 
@@ -250,10 +252,8 @@ def session_views(server):
         t, s = f"sess_pt_{__import__('os').getpid()}", f"sess_ps_{__import__('os').getpid()}"
         c.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, usr TEXT, ts TIMESTAMP)")
         c.execute(f"CREATE STREAM {s} (usr TEXT, ts TIMESTAMPTZ)")
-        names = {}
-        for name, sql in SESSION_VIEWS.items():
-            c.execute(f"CREATE MATERIALIZED VIEW {t}_{name} AS {sql.format(t=t, s=s)}")
-            names[f"{t}_{name}"] = sql.format(t=t, s=s)
+        names = {f"{t}_{name}": sql.format(t=t, s=s) for name, sql in SESSION_VIEWS.items()}
+        create_views(server, names)
         status = {r[0]: r[2] for r in c.execute("SHOW QUERIES").fetchall()}
         assert all(status[v] == "running (incremental)" for v in names), status
         yield t, s, names

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import running_server
+from tests.conftest import create_views, running_server
 
 VIEWS = {
     # aggregates over a table with updates and deletes: groups shrink, vanish, min/max retract
@@ -115,16 +115,12 @@ def check_views(conn, names: dict[str, str]) -> None:
         assert maintained == batch, (view, query)
 
 
-def create_all(conn, suffix: str) -> tuple[str, str, dict[str, str]]:
+def create_all(server, conn, suffix: str) -> tuple[str, str, dict[str, str]]:
     t, s = f"vt_{suffix}", f"vs_{suffix}"
     conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, grp TEXT, v INT)")
     conn.execute(f"CREATE STREAM {s} (k INT, v INT)")
-    names = {}
-    for name, sql in VIEWS.items():
-        view = f"mv_{name}_{suffix}"
-        query = sql.format(t=t, s=s)
-        conn.execute(f"CREATE MATERIALIZED VIEW {view} AS {query}")
-        names[view] = query
+    names = {f"mv_{name}_{suffix}": sql.format(t=t, s=s) for name, sql in VIEWS.items()}
+    create_views(server, names)
     # A view over a view.
     over = f"mv_over_{suffix}"
     query = f"SELECT grp, n * 10 AS n10 FROM mv_agg_{suffix} WHERE n > 0"
@@ -159,7 +155,7 @@ def recomputation_views(server):
     property test below goes on changing the same data (views are checked after every round)."""
     with server.connect() as c:
         suffix = f"hyp_{__import__('os').getpid()}"
-        t, s, names = create_all(c, suffix)
+        t, s, names = create_all(server, c, suffix)
         check_views(c, names)  # empty inputs
         status = {r[0]: r[2] for r in c.execute("SHOW QUERIES").fetchall()}
         assert status[f"mv_cte_values_{suffix}"] == status[f"mv_cte_chain_{suffix}"] == "running (incremental)"
@@ -261,7 +257,7 @@ def test_views_equal_batch_recomputation_across_kill_9(killable_views, rounds):
             check_views(c, names)
 
 
-def test_window_table_functions(conn, unique):
+def test_window_table_functions(server, conn, unique):
     s = f"bids_{unique}"
     conn.execute(f"CREATE STREAM {s} (auction INT, price INT, date_time TIMESTAMP)")
     conn.execute(f"INSERT INTO {s} VALUES (1, 10, '2024-01-01 00:00:01'), (1, 20, '2024-01-01 00:00:09'), "
@@ -280,8 +276,7 @@ def test_window_table_functions(conn, unique):
     # A join with constant VALUES is what HOP becomes: one Map per row, so linear too.
     scaled = f"SELECT s.auction, v.m, s.price * v.m AS p FROM {s} s CROSS JOIN (VALUES (1), (10)) AS v(m)"
     names = {f"tw_{unique}": tumble, f"hw_{unique}": hop, f"vj_{unique}": scaled}
-    for view, query in names.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {view} AS {query}")
+    create_views(server, names)
     check_views(conn, names)
     queries = {r[0]: r for r in conn.execute("SHOW QUERIES").fetchall()}
     for view in names:  # on the pipelines, not recomputed by the epoch driver
@@ -354,7 +349,7 @@ def test_a_failing_cast_fails_its_view_only(conn, unique):
     conn.execute(f"DROP TABLE {t} CASCADE")
 
 
-def test_integer_overflow_fails_its_view_only(conn, unique):
+def test_integer_overflow_fails_its_view_only(server, conn, unique):
     """Integer arithmetic out of its type's range is that view's error (22003, Postgres's message
     for the result type), as it is ad hoc: the other views of its pipeline go on, and deleting the
     row heals it."""
@@ -366,8 +361,7 @@ def test_integer_overflow_fails_its_view_only(conn, unique):
                grouped: f"SELECT a % 2 AS k, sum(a * 1000000 + 1) AS total FROM {t} GROUP BY a % 2",
                small: f"SELECT id, s + s AS twice FROM {t}",
                fine: f"SELECT id, b * 1000000 AS m FROM {t}"}
-    for name, query in queries.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    create_views(server, queries)
     conn.execute(f"INSERT INTO {t} VALUES (3, 5000, 5000, 20000)")
     for name, type_name in ((scaled, "integer"), (grouped, "integer"), (small, "smallint")):
         with pytest.raises(psycopg.errors.NumericValueOutOfRange) as info:
@@ -390,7 +384,7 @@ def test_integer_overflow_fails_its_view_only(conn, unique):
     conn.execute(f"DROP TABLE {t} CASCADE")
 
 
-def test_a_view_whose_batch_cannot_be_applied_fails_alone_and_is_rebuilt(conn, unique):
+def test_a_view_whose_batch_cannot_be_applied_fails_alone_and_is_rebuilt(server, conn, unique):
     """A bug applying one view's batch (the view-commit failpoint, hit by a marker row) failed
     the whole pipeline's batch, so every view sharing the pipeline stopped with that view's error.
     Now that view alone fails (XX000 in FLUSH, reads and SHOW QUERIES) while the others go on;
@@ -404,8 +398,7 @@ def test_a_view_whose_batch_cannot_be_applied_fails_alone_and_is_rebuilt(conn, u
         victim, other = f"victim_{unique}", f"bystander_{unique}"
         queries = {victim: f"SELECT g, max(s) AS s, count(*) AS n FROM {t} GROUP BY g",
                    other: f"SELECT g, count(*) AS n FROM {t} GROUP BY g"}  # the same pipeline (depth 1)
-        for name, query in queries.items():
-            conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+        create_views(server, queries)
         conn.execute(f"INSERT INTO {t} VALUES (3, 1, 'streamdb-failpoint:view-commit')")
         with pytest.raises(psycopg.errors.InternalError_, match="failpoint view-commit"):
             conn.execute(f"FLUSH {victim}")
@@ -434,7 +427,53 @@ def test_a_view_whose_batch_cannot_be_applied_fails_alone_and_is_rebuilt(conn, u
         conn.execute(f"DROP TABLE {t} CASCADE")
 
 
-def test_views_over_time_columns(conn, unique):
+def test_a_recomputed_view_whose_query_fails_fails_alone_and_heals(server, conn, unique):
+    """A view recomputed per partition (a window function) runs its own query in Spark for each
+    batch; a value that query cannot take (text cast to integer) failed the whole pipeline's
+    batch, and every view sharing the pipeline with it. Now that view alone fails, with the
+    cast's SQLSTATE (22P02), and once the row is gone its rebuild brings it back equal to its
+    query."""
+    t = f"rf_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, s TEXT)")
+    try:
+        conn.execute(f"INSERT INTO {t} VALUES (1, 1, '5'), (2, 1, '7'), (3, 2, '1')")
+        victim, window, other = f"rf_cast_{unique}", f"rf_lag_{unique}", f"rf_count_{unique}"
+        queries = {victim: f"SELECT id, lag(CAST(s AS INT)) OVER (PARTITION BY k ORDER BY id) AS p FROM {t}",
+                   window: f"SELECT id, lag(id) OVER (PARTITION BY k ORDER BY id) AS p FROM {t}",
+                   other: f"SELECT k, count(*) AS n FROM {t} GROUP BY k"}  # the same pipeline (depth 1)
+        create_views(server, queries)
+        check_views(conn, queries)
+        conn.execute(f"INSERT INTO {t} VALUES (4, 1, 'x'), (5, 2, '2')")
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation,
+                           match='invalid input syntax for type integer: "x"'):  # Postgres's words
+            conn.execute(f"FLUSH {victim}")
+        conn.execute(f"FLUSH {window}")
+        conn.execute(f"FLUSH {other}")
+        assert sorted(conn.execute(f"SELECT * FROM {other}").fetchall()) == [(1, 3), (2, 2)]
+        assert sorted(conn.execute(f"SELECT * FROM {window}").fetchall()) == \
+            sorted(conn.execute(queries[window]).fetchall())
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            conn.execute(f"SELECT * FROM {victim}")
+        status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
+        assert status[victim] == "failed"
+        assert status[window].startswith("running") and status[other].startswith("running"), status
+        conn.execute(f"DELETE FROM {t} WHERE id = 4")
+        deadline = time.monotonic() + 150  # rebuilt at its pipeline's restart, after a backoff
+        while True:
+            try:
+                conn.execute(f"FLUSH {victim}")
+                break
+            except psycopg.errors.InvalidTextRepresentation:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        check_views(conn, queries)
+        assert sorted(conn.execute(f"SELECT * FROM {victim}").fetchall()) == [(1, None), (2, 5), (3, None), (5, 1)]
+    finally:  # a failing view in the shared server would fail every later test's FLUSH
+        conn.execute(f"DROP TABLE {t} CASCADE")
+
+
+def test_views_over_time_columns(server, conn, unique):
     """A TIME column (PostgreSQL's time without time zone) in a view's input: any view over such a
     relation failed at CREATE (XX000, Spark could not read the log's time vectors), even one not
     reading the column. Filters, group keys, min/max over a table with deletes, top-N, a join on
@@ -455,8 +494,7 @@ def test_views_over_time_columns(conn, unique):
         f"SELECT k, count(*) AS n FROM {s} GROUP BY k",
         f"SELECT id, c::text AS txt FROM {t}",
     ), strict=True))
-    for name, query in queries.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    create_views(server, queries)
     conn.execute("FLUSH")
     check_views(conn, queries)
     bounds, text = names[2], names[6]
@@ -476,7 +514,7 @@ def test_views_over_time_columns(conn, unique):
     conn.execute(f"DROP STREAM {s} CASCADE")
 
 
-def test_a_sum_past_the_numeric_range_fails_its_view_only(conn, unique):
+def test_a_sum_past_the_numeric_range_fails_its_view_only(server, conn, unique):
     """A sum the operators compute exactly but a stored numeric cannot hold (28 digits before the
     point) is that view's error (22003), in the view itself and in views reading it through a
     join or a HAVING: it failed the whole pipeline's batch, so every other view stalled (XX000).
@@ -492,8 +530,7 @@ def test_a_sum_past_the_numeric_range_fails_its_view_only(conn, unique):
                joined: f"SELECT a.g, a.total, b.k FROM (SELECT g, sum(x) AS total FROM {t} GROUP BY g) a "
                        f"JOIN {s} b ON a.g = b.k",
                other: f"SELECT k, count(*) AS n FROM {s} GROUP BY k"}
-    for name, query in queries.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    create_views(server, queries)
     conn.execute(f"INSERT INTO {t} VALUES (3, 1, 9e27)")
     conn.execute(f"INSERT INTO {s} VALUES (2)")
     for name in (sums, having, joined):
@@ -882,7 +919,7 @@ def test_view_with_a_column_list(conn, unique):
     conn.execute(f"DROP TABLE {t} CASCADE")
 
 
-def test_aggregates_are_maintained_incrementally_on_the_pipelines(conn, unique):
+def test_aggregates_are_maintained_incrementally_on_the_pipelines(server, conn, unique):
     s, t = f"pe_{unique}", f"pt_{unique}"
     conn.execute(f"CREATE STREAM {s} (k INT, v INT, ts TIMESTAMP)")
     conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, grp TEXT, v INT)")
@@ -897,8 +934,7 @@ def test_aggregates_are_maintained_incrementally_on_the_pipelines(conn, unique):
         # min over a table can lose its minimum to a delete: each group keeps a multiset of its values
         f"pt_min_{unique}": f"SELECT grp, min(v) AS lo FROM {t} GROUP BY grp",
     }
-    for name, query in views.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    create_views(server, views)
     plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN CREATE MATERIALIZED VIEW x_{unique} AS "
                                                 f"{views[f'pa_{unique}']}").fetchall())
     assert "strategy: incremental" in plan and "Reduce by" in plan and "min(" in plan
@@ -976,7 +1012,7 @@ def test_two_windows_over_different_relations_in_one_view(conn, unique):
     assert conn.execute(f"SELECT * FROM w2_{unique}").fetchall() == [(1, "ann", at(2024, 1, 1))]
 
 
-def test_timestamps_and_dates_through_every_operator(conn, unique):
+def test_timestamps_and_dates_through_every_operator(server, conn, unique):
     """Timestamps (with and without time zone) and dates travel between the pipeline's layers as
     integers: through a join's rows and keys, group keys, top-N rows, min/max and a window
     function's arranged rows, with NULLs, microseconds, dates before 1970 and far ahead, and a
@@ -993,8 +1029,7 @@ def test_timestamps_and_dates_through_every_operator(conn, unique):
                 f"ORDER BY at DESC NULLS LAST, id) AS rn FROM {t}) q WHERE rn <= 1",
         "lagged": f"SELECT id, at, d, lag(at) OVER (PARTITION BY d ORDER BY id) AS prev FROM {t}",
     }
-    for name, query in views.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {name}_{unique} AS {query}")
+    create_views(server, {f"{name}_{unique}": query for name, query in views.items()})
     conn.execute(f"INSERT INTO {t} VALUES "
                  "(1, '2024-03-01 10:00:00.123456', '2024-03-01 10:00:00.5+02', '2024-03-01'), "
                  "(2, '1969-12-31 23:59:59.999999', '1960-06-01 00:00:00+00', '1969-12-31'), "
@@ -1016,7 +1051,7 @@ def test_timestamps_and_dates_through_every_operator(conn, unique):
         [(at.datetime(1970, 1, 1),)]
 
 
-def test_comparisons_a_join_tests_itself_equal_batch_for_every_type(conn, unique):
+def test_comparisons_a_join_tests_itself_equal_batch_for_every_type(server, conn, unique):
     """Comparisons across an inner join's sides are tested by the join operator on its pairs
     (dataflow.fuse_residuals, Residual.java), over the sides' rows as they travel between layers:
     integers of two widths, numerics of two scales and against integers, doubles with NaN and
@@ -1039,9 +1074,9 @@ def test_comparisons_a_join_tests_itself_equal_batch_for_every_type(conn, unique
                  f"WHERE b.ts BETWEEN a.ts - INTERVAL '10' SECOND AND a.ts + INTERVAL '1' MINUTE AND b.d >= a.d",
     }
     for name, query in views.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {name}_{unique} AS {query}")
         plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN CREATE MATERIALIZED VIEW x_{name} AS {query}"))
         assert "pairs kept where" in plan and "Filter" not in plan.split("pairs kept where")[0], (name, plan)
+    create_views(server, {f"{name}_{unique}": query for name, query in views.items()})
     names = {f"{name}_{unique}": query for name, query in views.items()}
     conn.execute(f"INSERT INTO {a} VALUES "
                  "(1, 5, 10.50, 1.5, 'm', '2024-03-01 10:00:00+00', '2024-03-01'), "
@@ -1185,7 +1220,7 @@ def _same_as_postgresql(conn, postgres_dsn: str, table: str, query: str, mv: str
     return expected
 
 
-def test_or_inside_and_keeps_its_parentheses_in_views(conn, unique):
+def test_or_inside_and_keeps_its_parentheses_in_views(server, conn, unique):
     """`a AND (b OR c)` split into conjuncts and put back together printed as `a AND b OR c` (sqlglot
     prints the tree as it is): Nexmark q3 over a join showed auctions of every category. Each view
     here must equal its query run as a batch query."""
@@ -1204,8 +1239,7 @@ def test_or_inside_and_keeps_its_parentheses_in_views(conn, unique):
         "grouped": f"SELECT x.category, count(*) AS n FROM {a} x JOIN {p} p ON x.seller = p.id "
                    f"WHERE p.id > 1 AND (p.state = 'ny' OR x.category IS NULL) GROUP BY x.category",
     }
-    for name, query in queries.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW bp_{name}_{unique} AS {query}")
+    create_views(server, {f"bp_{name}_{unique}": query for name, query in queries.items()})
     for change in ("", f"UPDATE {p} SET state = 'ca' WHERE id = 3", f"DELETE FROM {a} WHERE id = 10"):
         if change:
             conn.execute(change)
@@ -1295,7 +1329,7 @@ def test_natural_and_using_joins_match_postgresql_ad_hoc_on_both_engines_and_in_
             pg.execute(f"DROP TABLE {b}")
 
 
-def test_grouping_sets_and_set_returning_views_match_postgresql(conn, postgres_server, unique):
+def test_grouping_sets_and_set_returning_views_match_postgresql(server, conn, postgres_server, unique):
     """GROUPING SETS / ROLLUP views are recomputed per the keys every set shares, with Postgres's
     grouping(a, b) bit mask (Spark's grouping_id); a set-returning function in the select list
     makes a view recomputed, not a Spark error. Checked against PostgreSQL 15 after changes."""
@@ -1313,8 +1347,7 @@ def test_grouping_sets_and_set_returning_views_match_postgresql(conn, postgres_s
                f"DELETE FROM {t} WHERE id = 3",
                f"INSERT INTO {t} VALUES (4, NULL, 5, 1)"]
     conn.execute(ddl)
-    for view, query in queries.items():
-        conn.execute(f"CREATE MATERIALIZED VIEW {view} AS {query}")
+    create_views(server, queries)
     status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
     assert all(status[v].startswith("running") for v in queries), status
     with psycopg.connect(postgres_server, autocommit=True) as pg:

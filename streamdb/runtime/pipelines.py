@@ -460,10 +460,12 @@ class PipelineManager:
     # ---- batches --------------------------------------------------------------------------------
 
     def _on_batch(self, depth: int, batch_id: int, offsets: dict[str, Any], tables: dict[int, pa.Table],
-                  errors: dict[int, dict[str, int]], state_rows_added: int) -> None:
+                  errors: dict[int, dict[str, int]], state_rows_added: int,
+                  failures: dict[int, StreamDBError]) -> None:
         """A pipeline batch's changes, per view: committed with the offsets they reflect (called
         from the pipeline's sink, in a Spark callback thread). The state's row count moves with
-        them: a replayed batch, which no view takes, counted its rows before."""
+        them: a replayed batch, which no view takes, counted its rows before. A view in `failures`
+        could not compute its changes: it fails alone, as one whose changes cannot be applied."""
         from streamdb.runtime.spark.log_source import backfill_done
         from streamdb.runtime.views import stage_changes
 
@@ -492,6 +494,8 @@ class PipelineManager:
                     spec = self._closing.get(vid)
                     mark = (len(commit.appends), len(commit.puts), len(commit.deletes))
                     try:
+                        if vid in failures:
+                            raise failures[vid]
                         failpoints.view_commit(view.name, tables.get(vid))
                         if state.log_from is not None:
                             changed |= self._append_rows(view, tables.get(vid), commit, now) > 0
@@ -512,8 +516,12 @@ class PipelineManager:
                         del commit.appends[mark[0]:], commit.puts[mark[1]:], commit.deletes[mark[2]:]
                         self._errors.pop(vid, None)  # the cached multiset may hold this batch's errors
                         error = e if isinstance(e, StreamDBError) else InternalError(f"{type(e).__name__}: {e}")
-                        log.exception("view %s: applying pipeline batch %d failed; it is rebuilt", view.name,
-                                      batch_id)
+                        if vid in failures:
+                            log.warning("view %s: pipeline batch %d failed: %s; it is rebuilt", view.name, batch_id,
+                                        error.message)
+                        else:
+                            log.exception("view %s: applying pipeline batch %d failed; it is rebuilt", view.name,
+                                          batch_id)
                         failed = self._failed.setdefault(vid, _Failed(error))
                         failed.error, failed.rebuilding = error, False
                         self._stage_state(vid, dataclasses.replace(state, fp=_BROKEN, batch=batch_id), snap, commit)

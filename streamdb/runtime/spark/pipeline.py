@@ -1175,7 +1175,9 @@ def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
 
 # (batch id, its end offsets, each view's changes, each view's error changes: message -> weight,
 # the state entries its operators added minus those they removed)
-BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table], dict[int, dict[str, int]], int], None]
+# (batch id, offsets, changes per view, error deltas per view, state rows added, views that failed)
+BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table], dict[int, dict[str, int]], int,
+                         dict[int, StreamDBError]], None]
 FailureHandler = Callable[[StreamDBError], None]
 
 
@@ -1359,15 +1361,26 @@ class StreamingPipeline:
             # A view without rows in the batch keeps its result: its recomputation (several Spark
             # jobs, ~100 ms each even over nothing) would give no changes.
             changed = _views_with_rows(frame, reads.recomputed) if frame is not None else {}
+            failures: dict[int, StreamDBError] = {}
             for s in reads.recomputed:
                 assert frame is not None
                 if s.view_id not in changed:
                     continue
-                result = self._recompute(frame, s, fresh=changed[s.view_id])
+                try:
+                    result = self._recompute(frame, s, fresh=changed[s.view_id])
+                except Exception as e:
+                    if not _from_spark(e):
+                        raise
+                    # The view's own query failed (a cast of a value it cannot take, a function's
+                    # error): that view fails, the pipeline's others go on.
+                    from streamdb.runtime.spark.session import translate_spark_error
+
+                    failures[s.view_id] = translate_spark_error(e)
+                    continue
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
             committing = time.monotonic()
-            self.on_batch(batch_id, offsets, tables, errors, added)
+            self.on_batch(batch_id, offsets, tables, errors, added, failures)
         finally:
             if frame is not None:
                 frame.unpersist()

@@ -44,6 +44,7 @@ from streamdb.errors import (
     DivisionByZero,
     FeatureNotSupported,
     InternalError,
+    InvalidDatetimeFormat,
     InvalidParameterValue,
     InvalidTextRepresentation,
     NumericValueOutOfRange,
@@ -166,6 +167,13 @@ _BY_CONDITION: tuple[tuple[str, type[StreamDBError]], ...] = (
     ("AGGREGATE_FUNCTION_WITH_NONDETERMINISTIC_EXPRESSION", FeatureNotSupported),
 )
 
+_CAST_INVALID = re.compile(r"The value '(.*)' of the type \"STRING\" cannot be cast to \"([A-Z_]+(?:\(\d+, ?\d+\))?)\"",
+                           re.S)
+_POSTGRES_TYPE_NAMES = {"INT": "integer", "BIGINT": "bigint", "SMALLINT": "smallint", "TINYINT": "smallint",
+                        "DOUBLE": "double precision", "FLOAT": "real", "DECIMAL": "numeric", "BOOLEAN": "boolean",
+                        "DATE": "date", "TIMESTAMP": "timestamp with time zone",
+                        "TIMESTAMP_NTZ": "timestamp without time zone"}
+
 # Spark SQLSTATE -> StreamDB error class (Spark's states mostly follow Postgres).
 _BY_SQLSTATE: dict[str, type[StreamDBError]] = {
     "42703": UndefinedColumn,
@@ -224,6 +232,13 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
             if condition == prefix or condition.startswith(prefix + "."):
                 cls = candidate
                 break
+    if condition == "CAST_INVALID_INPUT" and (m := _CAST_INVALID.search(message)):
+        # Postgres's words for the same failure, as a view whose cast is carried as data says it.
+        spark_type = m.group(2).split("(")[0]
+        target = _POSTGRES_TYPE_NAMES.get(spark_type, m.group(2).lower())
+        error = InvalidDatetimeFormat if spark_type in ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ") else \
+            InvalidTextRepresentation
+        return error(f'invalid input syntax for type {target}: "{m.group(1)}"', detail=detail)
     if cls is None and type_name == "ParseException":
         cls = SyntaxErrorSQL
     if cls is None and sqlstate:
