@@ -107,6 +107,20 @@ def assert_failed_alone(conn, failed: tuple[str, ...], running: tuple[str, ...])
     return status
 
 
+def flush_once_healed(conn, view: str, error: type[psycopg.Error], timeout: float = 150) -> None:
+    """FLUSH `view`, failed with `error` until it is rebuilt: at its pipeline's restart, after a
+    backoff."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute(f"FLUSH {view}")
+            return
+        except error:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def check_views(conn, names: dict[str, str]) -> None:
     conn.execute("FLUSH")
     for view, query in names.items():
@@ -411,15 +425,7 @@ def test_a_view_whose_batch_cannot_be_applied_fails_alone_and_is_rebuilt(server,
             assert "failpoint" in assert_failed_alone(conn, (victim,), (other,))[victim][7]
             time.sleep(1)
         conn.execute(f"DELETE FROM {t} WHERE id = 3")
-        deadline = time.monotonic() + 150  # rebuilt at its pipeline's restart, after a backoff
-        while True:
-            try:
-                conn.execute(f"FLUSH {victim}")
-                break
-            except psycopg.errors.InternalError_:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        flush_once_healed(conn, victim, psycopg.errors.InternalError_)
         conn.execute("FLUSH")
         check_views(conn, queries)
         assert sorted(conn.execute(f"SELECT * FROM {victim}").fetchall()) == [(1, "a", 1), (2, "c", 2)]
@@ -458,15 +464,7 @@ def test_a_recomputed_view_whose_query_fails_fails_alone_and_heals(server, conn,
         assert status[victim] == "failed"
         assert status[window].startswith("running") and status[other].startswith("running"), status
         conn.execute(f"DELETE FROM {t} WHERE id = 4")
-        deadline = time.monotonic() + 150  # rebuilt at its pipeline's restart, after a backoff
-        while True:
-            try:
-                conn.execute(f"FLUSH {victim}")
-                break
-            except psycopg.errors.InvalidTextRepresentation:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        flush_once_healed(conn, victim, psycopg.errors.InvalidTextRepresentation)
         check_views(conn, queries)
         assert sorted(conn.execute(f"SELECT * FROM {victim}").fetchall()) == [(1, None), (2, 5), (3, None), (5, 1)]
     finally:  # a failing view in the shared server would fail every later test's FLUSH
