@@ -1369,13 +1369,14 @@ class StreamingPipeline:
                 try:
                     result = self._recompute(frame, s, fresh=changed[s.view_id])
                 except Exception as e:
-                    if not _from_spark(e):
-                        raise
-                    # The view's own query failed (a cast of a value it cannot take, a function's
-                    # error): that view fails, the pipeline's others go on.
                     from streamdb.runtime.spark.session import translate_spark_error
 
-                    failures[s.view_id] = translate_spark_error(e)
+                    error = translate_spark_error(e) if _from_spark(e) else None
+                    if error is None or error.sqlstate.startswith("XX") or self._stopping:
+                        raise  # not the view's: its job cancelled by a stop, a lost executor, a bug
+                    # The view's own query failed on its data (a cast of a value it cannot take, a
+                    # function's error): that view fails, the pipeline's others go on.
+                    failures[s.view_id] = error
                     continue
                 if result is not None and result.num_rows:
                     tables[s.view_id] = result
