@@ -21,8 +21,8 @@ class _Collecting(PostgresCdcSource):
     """The source with its writes kept in a dict, as the table would hold them."""
 
     def __init__(self, dsn: str, table: str) -> None:
-        rel = RelationDef(id=1, name="ticks", kind="table", primary_key=("id",),
-                          columns=(ColumnDef("id", T.INTEGER), ColumnDef("v", T.INTEGER)))
+        rel = RelationDef(id=1, name="ticks", kind="table", primary_key=("id",), created_at=time.time(),
+                          columns=(ColumnDef("id", T.INTEGER), ColumnDef("v", T.INTEGER)))  # a slot of its own
         super().__init__(None, rel, None, dsn=dsn, table=table, publication=None)  # type: ignore[arg-type]
         self.rows: dict[Any, tuple[Any, ...]] = {}
 

@@ -1174,8 +1174,8 @@ def _arg_codec(fn: str, vtype: str, value: str) -> tuple[str, str, str, str]:
 
 
 # (batch id, its end offsets, each view's changes, each view's error changes: message -> weight,
-# the state entries its operators added minus those they removed)
-# (batch id, offsets, changes per view, error deltas per view, state rows added, views that failed)
+# the state entries its operators added minus those they removed, the recomputed views whose own
+# query failed with their error)
 BatchHandler = Callable[[int, dict[str, Any], dict[int, pa.Table], dict[int, dict[str, int]], int,
                          dict[int, StreamDBError]], None]
 FailureHandler = Callable[[StreamDBError], None]
