@@ -497,6 +497,12 @@ def _datetime_syntax_error(t: SqlType | str, value: str) -> InvalidDatetimeForma
     return InvalidDatetimeFormat(f'invalid input syntax for type {t}: "{value}"')
 
 
+def invalid_input(t: SqlType, value: str) -> InvalidTextRepresentation | InvalidDatetimeFormat:
+    """Postgres's error for text that is no value of `t`: 22007 for dates, times and intervals,
+    22P02 for the rest."""
+    return _datetime_syntax_error(t, value) if t.category in ("D", "T") else _syntax_error(t, value)
+
+
 _BOOL_WORDS = (("true", True, 1), ("yes", True, 1), ("on", True, 2),
                ("false", False, 1), ("no", False, 1), ("off", False, 2))
 

@@ -86,7 +86,8 @@ def fingerprint(dataflow: D.Dataflow) -> str:
 
 @dataclass
 class _Failed:
-    """A view whose pipeline batch could not be applied (a bug in the server's commit). It stays
+    """A view whose pipeline batch failed (a bug in the server's commit, or a recomputed view's own
+    query failing in Spark). It stays
     out of its pipeline until `retry_at` (a backoff doubling with each attempt), then is rebuilt
     from its inputs, reading as failed with `error` until the rebuild has its whole backfill."""
 
@@ -492,10 +493,14 @@ class PipelineManager:
                         continue  # dropped, this batch is a replay it already reflects, or to be rebuilt
                     closed_until = state.closed_until
                     spec = self._closing.get(vid)
+                    if vid in failures:  # its own query failed in Spark: it has nothing to stage
+                        log.warning("view %s: pipeline batch %d failed: %s; it is rebuilt", view.name, batch_id,
+                                    failures[vid].message)
+                        self._stage_failure(vid, state, failures[vid], batch_id, snap, commit)
+                        broken.append(vid)
+                        continue
                     mark = (len(commit.appends), len(commit.puts), len(commit.deletes))
                     try:
-                        if vid in failures:
-                            raise failures[vid]
                         failpoints.view_commit(view.name, tables.get(vid))
                         if state.log_from is not None:
                             changed |= self._append_rows(view, tables.get(vid), commit, now) > 0
@@ -509,22 +514,12 @@ class PipelineManager:
                         if vid in errors:
                             self._stage_errors(vid, errors[vid], snap, commit)
                     except Exception as e:  # noqa: BLE001 - one view's bug must not stop the pipeline's others
-                        # Its changes are left out, so its rows no longer follow its inputs: it
-                        # reads as failed until a rebuild from its inputs (the pipeline's next
-                        # start, after a backoff) replaces them. A stored state that names no
-                        # plan makes a restart of the server rebuild it too.
+                        # Its changes are left out, so its rows no longer follow its inputs.
                         del commit.appends[mark[0]:], commit.puts[mark[1]:], commit.deletes[mark[2]:]
-                        self._errors.pop(vid, None)  # the cached multiset may hold this batch's errors
                         error = e if isinstance(e, StreamDBError) else InternalError(f"{type(e).__name__}: {e}")
-                        if vid in failures:
-                            log.warning("view %s: pipeline batch %d failed: %s; it is rebuilt", view.name, batch_id,
-                                        error.message)
-                        else:
-                            log.exception("view %s: applying pipeline batch %d failed; it is rebuilt", view.name,
-                                          batch_id)
-                        failed = self._failed.setdefault(vid, _Failed(error))
-                        failed.error, failed.rebuilding = error, False
-                        self._stage_state(vid, dataclasses.replace(state, fp=_BROKEN, batch=batch_id), snap, commit)
+                        log.exception("view %s: applying pipeline batch %d failed; it is rebuilt", view.name,
+                                      batch_id)
+                        self._stage_failure(vid, state, error, batch_id, snap, commit)
                         broken.append(vid)
                         continue
                     done = state.done or backfill_done(offsets, vid, state.joins, state.ops_base)
@@ -566,6 +561,16 @@ class PipelineManager:
                 self._show_broken(running, vid)
         # Push queries and views recomputed by the epoch driver may read these views' changes.
         self.maintainer.progressed(wake=changed or bool(broken))
+
+    def _stage_failure(self, view_id: int, state: _ViewState, error: StreamDBError, batch_id: int, snap: Any,
+                       commit: Commit) -> None:
+        """The view failed in this batch: it reads as failed until a rebuild from its inputs (its
+        pipeline's next start, after a backoff) replaces its rows, and its stored state names no
+        plan, so a restart of the server rebuilds it too."""
+        self._errors.pop(view_id, None)  # the cached multiset may hold this batch's errors
+        failed = self._failed.setdefault(view_id, _Failed(error))
+        failed.error, failed.rebuilding = error, False
+        self._stage_state(view_id, dataclasses.replace(state, fp=_BROKEN, batch=batch_id), snap, commit)
 
     def _show_broken(self, running: _Running, view_id: int) -> None:
         """Show a view whose batch could not be applied as failed, and restart its pipeline (which

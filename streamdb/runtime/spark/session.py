@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamdb import udf
+from streamdb import types as T
+from streamdb import udf, values
 from streamdb.errors import (
     DatatypeMismatch,
     DivisionByZero,
     FeatureNotSupported,
     InternalError,
-    InvalidDatetimeFormat,
     InvalidParameterValue,
     InvalidTextRepresentation,
     NumericValueOutOfRange,
@@ -167,12 +167,11 @@ _BY_CONDITION: tuple[tuple[str, type[StreamDBError]], ...] = (
     ("AGGREGATE_FUNCTION_WITH_NONDETERMINISTIC_EXPRESSION", FeatureNotSupported),
 )
 
-_CAST_INVALID = re.compile(r"The value '(.*)' of the type \"STRING\" cannot be cast to \"([A-Z_]+(?:\(\d+, ?\d+\))?)\"",
-                           re.S)
-_POSTGRES_TYPE_NAMES = {"INT": "integer", "BIGINT": "bigint", "SMALLINT": "smallint", "TINYINT": "smallint",
-                        "DOUBLE": "double precision", "FLOAT": "real", "DECIMAL": "numeric", "BOOLEAN": "boolean",
-                        "DATE": "date", "TIMESTAMP": "timestamp with time zone",
-                        "TIMESTAMP_NTZ": "timestamp without time zone"}
+_CAST_INVALID = re.compile(r"The value '(.*)' of the type \"STRING\" cannot be cast to \"([A-Z_]+)", re.S)
+# The SQL type behind each Spark type a cast from text can fail to reach.
+_CAST_TARGETS = {"INT": T.INTEGER, "BIGINT": T.BIGINT, "SMALLINT": T.SMALLINT, "TINYINT": T.SMALLINT,
+                 "DOUBLE": T.DOUBLE, "FLOAT": T.REAL, "DECIMAL": T.NUMERIC, "BOOLEAN": T.BOOLEAN, "DATE": T.DATE,
+                 "TIMESTAMP": T.TIMESTAMPTZ, "TIMESTAMP_NTZ": T.TIMESTAMP}
 
 # Spark SQLSTATE -> StreamDB error class (Spark's states mostly follow Postgres).
 _BY_SQLSTATE: dict[str, type[StreamDBError]] = {
@@ -232,13 +231,11 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
             if condition == prefix or condition.startswith(prefix + "."):
                 cls = candidate
                 break
-    if condition == "CAST_INVALID_INPUT" and (m := _CAST_INVALID.search(message)):
+    if condition == "CAST_INVALID_INPUT" and (m := _CAST_INVALID.search(message)) and m.group(2) in _CAST_TARGETS:
         # Postgres's words for the same failure, as a view whose cast is carried as data says it.
-        spark_type = m.group(2).split("(")[0]
-        target = _POSTGRES_TYPE_NAMES.get(spark_type, m.group(2).lower())
-        error = InvalidDatetimeFormat if spark_type in ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ") else \
-            InvalidTextRepresentation
-        return error(f'invalid input syntax for type {target}: "{m.group(1)}"', detail=detail)
+        error = values.invalid_input(_CAST_TARGETS[m.group(2)], m.group(1))
+        error.detail = detail
+        return error
     if cls is None and type_name == "ParseException":
         cls = SyntaxErrorSQL
     if cls is None and sqlstate:
