@@ -15,13 +15,8 @@ Results: bench/results/idle_views.json.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,9 +24,9 @@ from typing import Any
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench" / "nexmark"))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from run_streamdb import Server  # noqa: E402
+from flush_latency import arguments, flush_samples, fresh_server, step_figures, write_results  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "idle_views.json"
 
@@ -46,56 +41,34 @@ def add_table(conn: psycopg.Connection[Any], name: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", default="0,10,20", help="idle tables (2 views each) at each step")
-    ap.add_argument("--samples", type=int, default=7)
-    ap.add_argument("--spark-master", default="local[2]")
-    args = ap.parse_args()
+    args = arguments("0,10,20", "idle tables (2 views each) at each step", RESULTS)
     steps = [int(s) for s in args.steps.split(",")]
     figures: list[dict[str, object]] = []
-    with tempfile.TemporaryDirectory() as d:
-        server = Server(Path(d), args.spark_master)
-        try:
-            with server.connect() as conn:
-                conn.execute("SET statement_timeout = '600s'")
-                add_table(conn, "active")
-                idle = 0
-                key = 100
-                for step in steps:
-                    started = time.monotonic()
-                    while idle < step:
-                        add_table(conn, f"idle_{idle}")
-                        idle += 1
-                    conn.execute("FLUSH")
-                    created_s = time.monotonic() - started
-                    flushes = []
-                    for _ in range(args.samples):
-                        key += 1
-                        conn.execute("INSERT INTO active VALUES (%s, %s, %s)", (key, key % 3, key))
-                        t = time.monotonic()
-                        conn.execute("FLUSH")
-                        flushes.append(time.monotonic() - t)
-                    # The view equals its query run as a batch query over the same rows.
-                    view = sorted(conn.execute("SELECT k, g, rn FROM active_rank").fetchall())
-                    batch = sorted(conn.execute("SELECT k, g, row_number() OVER (PARTITION BY g ORDER BY v) "
-                                                "FROM active").fetchall())
-                    figures.append({"idle_views": 2 * idle, "views": 2 * idle + 2,
-                                    "flush_s_median": statistics.median(flushes),
-                                    "flush_s": [round(x, 3) for x in flushes],
-                                    "create_step_s": round(created_s, 1), "view_equals_batch": view == batch})
-                    print(f"{2 * idle:4d} idle views: FLUSH after a one-row write, median "
-                          f"{statistics.median(flushes):6.2f} s (samples {[round(x, 2) for x in flushes]}); "
-                          f"view equals batch: {view == batch}", flush=True)
-        finally:
-            server.stop()
-    base = figures[0]["flush_s_median"]
-    for f in figures:
-        f["ratio_to_no_idle_views"] = round(float(f["flush_s_median"]) / float(base), 2)  # type: ignore[arg-type]
-    result = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                          "load_avg": os.getloadavg()},
-              "peer": "the same server with no idle views, this run", "samples": args.samples, "steps": figures}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
+    with fresh_server(args.spark_master) as conn:
+        add_table(conn, "active")
+        idle = 0
+        key = 100
+        for step in steps:
+            started = time.monotonic()
+            while idle < step:
+                add_table(conn, f"idle_{idle}")
+                idle += 1
+            conn.execute("FLUSH")
+            created_s = time.monotonic() - started
+            flushes = flush_samples(conn, "INSERT INTO active VALUES (%s, %s, %s)",
+                                    [(k, k % 3, k) for k in range(key, key + args.samples)])
+            key += args.samples
+            # The view equals its query run as a batch query over the same rows.
+            view = sorted(conn.execute("SELECT k, g, rn FROM active_rank").fetchall())
+            batch = sorted(conn.execute("SELECT k, g, row_number() OVER (PARTITION BY g ORDER BY v) "
+                                        "FROM active").fetchall())
+            figures.append({"idle_views": 2 * idle, "views": 2 * idle + 2, **step_figures(flushes),
+                            "create_step_s": round(created_s, 1), "view_equals_batch": view == batch})
+            print(f"{2 * idle:4d} idle views: FLUSH after a one-row write, median "
+                  f"{statistics.median(flushes):6.2f} s (samples {[round(x, 2) for x in flushes]}); "
+                  f"view equals batch: {view == batch}", flush=True)
+    write_results(args.out, figures, "the same server with no idle views, this run", args.samples,
+                  "ratio_to_no_idle_views")
     for f in figures:
         print(f"{f['idle_views']:4d} idle views: {f['flush_s_median']:.2f} s, {f['ratio_to_no_idle_views']}x "
               "the latency with none")

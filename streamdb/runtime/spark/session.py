@@ -333,7 +333,7 @@ JIT_THRESHOLDS = ("-XX:Tier4InvocationThreshold=150000 -XX:Tier4MinInvocationThr
                   "-XX:Tier4CompileThreshold=450000 -XX:Tier4BackEdgeThreshold=1200000")
 EXECUTOR_JAVA_OPTIONS = f"{COMPILE_HUGE_METHODS} {JIT_THRESHOLDS}"
 MALLOC_ARENA_MAX = "2"  # the JVMs' malloc arenas (_build_session)
-_SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
+SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                      "spark.sql.codegen.wholeStage": "false"}
 
 
@@ -717,7 +717,7 @@ class SparkRuntime:
                 # Small inputs (an epoch's changes): Spark's fixed costs dominate. One shuffle
                 # partition, no adaptive re-planning and no code generation measured 583 -> 386 ms
                 # for 16 views over 300 rows in one job (local[2]).
-                for key, value in _SMALL_INPUT_CONF.items():
+                for key, value in SMALL_INPUT_CONF.items():
                     spark.conf.set(key, value)
             for name, table in tables.items():
                 if not _IDENT.match(name):
