@@ -112,6 +112,12 @@ class ArraySqlType(SqlType):
         assert self.element is not None
         return pa.list_(self.element.arrow())
 
+    def spelled(self) -> str:
+        """numeric(30,20)[] for an array of numeric(30, 20): the element keeps its modifier, which
+        sets how its values are stored (so the catalog writes it too)."""
+        assert self.element is not None
+        return f"{self.element.spelled()}[]"
+
 
 ARRAY_TYPES: dict[str, ArraySqlType] = {
     t.name: ArraySqlType(f"{t.name}[]", t.array_oid, -1, 0, "A", element=t) for t in ALL_TYPES
@@ -119,8 +125,11 @@ ARRAY_TYPES: dict[str, ArraySqlType] = {
 
 
 def array_of(element: SqlType) -> ArraySqlType:
-    return ARRAY_TYPES.get(element.name) or ArraySqlType(f"{element.name}[]", element.array_oid, -1, 0, "A",
-                                                         element=element)
+    """The array type of `element`, which keeps its modifier (numeric(30, 20)[]: its values are
+    stored at scale 20, as a numeric(30, 20) column's are)."""
+    if element.typmod < 0 and element.name in ARRAY_TYPES:
+        return ARRAY_TYPES[element.name]
+    return ArraySqlType(f"{element.name}[]", element.array_oid, -1, 0, "A", element=element)
 
 _ARROW: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),

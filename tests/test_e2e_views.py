@@ -1148,6 +1148,24 @@ def test_array_agg_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn,
                          "NULL|y", 2, "NULL4y")]
 
 
+def test_array_agg_of_numerics_with_many_decimals_matches_postgresql(conn, postgres_server, unique):
+    """array_agg of a numeric(30, 20) column and of a literal with 21 decimals: the view failed at
+    CREATE with XX000 ('Rescaling Decimal value would cause data loss': its elements were stored
+    at 10 decimals), and with fewer decimals the view rounded them. Now the elements keep the
+    scale the query gives them: the same rows as PostgreSQL 15, both engines and the view."""
+    t, mv = f"arrn_{unique}", f"arrn_mv_{unique}"
+    query = (f"SELECT k, array_agg(n ORDER BY id) AS a, array_agg(DISTINCT n) AS d, "
+             f"array_agg(0.000000000000000000001) AS l FROM {t} GROUP BY k ORDER BY k")
+    changes = [f"INSERT INTO {t} VALUES (1, 1, 0.12345678901234567890), (2, 1, 3), (3, 2, 1.00000000000000000001)",
+               f"UPDATE {t} SET n = 0.00000000000000000009 WHERE id = 2",
+               f"DELETE FROM {t} WHERE id = 1"]
+    expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, k INT, n NUMERIC(30, 20))",
+                                   query, mv, changes, ordered=True)
+    tiny = Decimal("0.000000000000000000001")
+    assert expected == [(1, [Decimal("0.00000000000000000009")], [Decimal("0.00000000000000000009")], [tiny]),
+                        (2, [Decimal("1.00000000000000000001")], [Decimal("1.00000000000000000001")], [tiny])]
+
+
 def test_a_failed_create_leaves_the_views_beside_it_working(conn, unique):
     """A view whose CREATE fails in Spark (a cast that cannot be done) shares a pipeline with a
     working view: its batch failed as a whole, but the CREATE answers only once the pipeline goes

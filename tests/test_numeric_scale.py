@@ -34,3 +34,21 @@ def test_fixed_scales(expr: str, scale: int | None) -> None:
         assert scale is None
         return
     assert t.precision_scale == (None if scale is None else (38, scale))
+
+
+@pytest.mark.parametrize(("expr", "scale"), [
+    ("array_agg(x)", 2), ("array_agg(x ORDER BY price)", 2), ("array_agg(DISTINCT x)", 2),
+    ("array_agg(x) FILTER (WHERE price > 0)", 2), ("array_agg(0.000000000000000000001)", 21),
+    ("array_agg(x * 1.5)", 3),
+    ("array_agg(n)", None), ("array_agg(x / 3)", None),  # not fixed: numeric[] stored at scale 10
+])
+def test_array_agg_of_numerics_keeps_the_elements_scale(expr: str, scale: int | None) -> None:
+    """array_agg of a numeric with a fixed scale: its elements are stored at that scale (before,
+    at 10 decimals, so more decimals failed the view with XX000 'Rescaling Decimal value')."""
+    q = plan_query(parse_one(f"SELECT {expr} AS c FROM t"), CTX)
+    (t,) = with_fixed_scales([c.type for c in q.columns], q.resolved_sql, q.inputs)
+    assert isinstance(t, T.ArraySqlType) and t.element is not None
+    assert t.element.precision_scale == (None if scale is None else (38, scale))
+    # The catalog writes the type as it spells it: the element keeps its scale across a restart.
+    again = T.type_from_name(t.spelled())
+    assert again is not None and again.arrow() == t.arrow()

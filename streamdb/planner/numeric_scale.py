@@ -118,7 +118,7 @@ def _int(node: exp.Expression) -> int | None:
 def with_fixed_scales(types: list[SqlType], resolved_sql: str, inputs: tuple[RelationInput, ...]) -> list[SqlType]:
     """`types` (a query's result columns) with each unconstrained numeric whose scale the query's
     expression fixes made numeric(38, s)."""
-    if not any(t is T.NUMERIC for t in types):
+    if not any(t is T.NUMERIC or t is _NUMERIC_ARRAY for t in types):
         return types
     from streamdb.planner.query import _typed_copy
     from streamdb.sql.parser import parse_one
@@ -129,11 +129,33 @@ def with_fixed_scales(types: list[SqlType], resolved_sql: str, inputs: tuple[Rel
         return types
     if not isinstance(select, exp.Select) or len(select.expressions) != len(types):
         return types
-    out = []
+    out: list[SqlType] = []
     for t, e in zip(types, select.expressions, strict=True):
+        if t is _NUMERIC_ARRAY:  # array_agg(x): the elements are x's values
+            scale = _element_scale(e)
+            out.append(T.array_of(T.numeric(MAX_SCALE, scale)) if scale is not None and 0 <= scale <= MAX_SCALE
+                       else t)
+            continue
         scale = fixed_scale(e) if t is T.NUMERIC else None
         out.append(T.numeric(MAX_SCALE, scale) if scale is not None and 0 <= scale <= MAX_SCALE else t)
     return out
+
+
+_NUMERIC_ARRAY = T.array_of(T.NUMERIC)
+
+
+def _element_scale(e: exp.Expression) -> int | None:
+    """The scale of every element of an `array_agg(x [ORDER BY ...])` (DISTINCT, FILTER), or None."""
+    if isinstance(e, (exp.Alias, exp.Paren, exp.Filter)):
+        return _element_scale(e.this)
+    if not isinstance(e, exp.ArrayAgg):
+        return None
+    arg = e.this
+    if isinstance(arg, exp.Order):
+        arg = arg.this
+    if isinstance(arg, exp.Distinct):
+        arg = arg.expressions[0] if len(arg.expressions) == 1 else None
+    return fixed_scale(arg) if arg is not None else None
 
 
 def unconstrained_numeric_casts(query: exp.Expression) -> exp.Expression:

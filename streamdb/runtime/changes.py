@@ -68,6 +68,8 @@ def _batch_schema(rel: RelationDef) -> pa.Schema:
 
 def _converted(t: T.SqlType) -> bool:
     """Whether to_arrow_value changes values of this type (it returns all others as they are)."""
+    if isinstance(t, T.ArraySqlType):
+        return t.element is not None and _converted(t.element)
     return t is T.INTERVAL or t == T.NUMERIC or t is T.UUID
 
 
@@ -76,6 +78,9 @@ def to_arrow_value(v: Any, t: T.SqlType) -> Any:
     `_converted` names are changed: keep the two in step."""
     if v is None:
         return None
+    if isinstance(t, T.ArraySqlType) and t.element is not None and isinstance(v, list | tuple):
+        # An array's elements as its element type's (array_agg of numerics at the stored scale).
+        return [to_arrow_value(x, t.element) for x in v]
     if t is T.INTERVAL and isinstance(v, dt.timedelta):
         micros = v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds
         days, rem = divmod(micros, 86_400_000_000)
