@@ -213,7 +213,7 @@ def create_views(server: ServerProcess, views: dict[str, str], sessions: int = 8
 def server() -> Iterator[ServerProcess]:
     """The shared server for end-to-end tests (real Spark in local mode), with the failpoints
     a test hits by writing their marker (streamdb/runtime/failpoints.py)."""
-    with running_server("shared", {"STREAMDB_TEST_FAILPOINTS": "view-commit"}) as srv:
+    with running_server("shared", {"STREAMDB_TEST_FAILPOINTS": "view-commit,read-pause"}) as srv:
         yield srv
 
 

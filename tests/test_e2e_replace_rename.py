@@ -155,3 +155,44 @@ def test_rename_keeps_data_state_and_grants(fresh_server):
             conn.execute("SELECT page, count(*) FROM clicks GROUP BY page").fetchall())
         assert conn.execute("SELECT * FROM site_pages").fetchall() == [("/a", "Start")]
         assert conn.execute("SELECT a, b FROM replaced").fetchall() == [(1, "x")]
+
+
+@pytest.mark.parametrize("kind", ["TABLE", "MATERIALIZED VIEW"])
+def test_a_read_racing_a_drop_answers_the_rows_or_that_the_relation_is_gone(server, kind):
+    """A read planned before another session's DROP commits and executed after it answered with
+    no rows (its catalog still had the relation, its storage snapshot no longer had the data).
+    PostgreSQL answers with the rows or says the relation does not exist; so does StreamDB now:
+    the relation is looked up in the storage snapshot the read takes. The failpoint makes the
+    read pause 1 s between the two, and the DROP lands in that second."""
+    name = f"failpoint_read_pause_{kind.split()[-1].lower()}_{int(time.time() * 1000)}"
+    with server.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_t (id INT PRIMARY KEY, v INT)")
+        conn.execute(f"INSERT INTO {name}_t VALUES (1, 10), (2, 20)")
+        target = f"{name}_t"
+        if kind == "MATERIALIZED VIEW":
+            conn.execute(f"CREATE MATERIALIZED VIEW {name} AS SELECT id, v * 2 AS w FROM {name}_t")
+            conn.execute(f"FLUSH {name}")
+            target = name
+        assert sorted(conn.execute(f"SELECT * FROM {target}").fetchall()) == (
+            [(1, 10), (2, 20)] if kind == "TABLE" else [(1, 20), (2, 40)])  # paused 1 s, nothing dropped
+        outcome: dict[str, object] = {}
+
+        def read() -> None:
+            with server.connect() as reader:
+                try:
+                    outcome["rows"] = reader.execute(f"SELECT * FROM {target}").fetchall()
+                except psycopg.Error as e:
+                    outcome["error"] = e
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        time.sleep(0.4)  # the read has its catalog and is paused before its storage snapshot
+        conn.execute(f"DROP {kind} {target}" if kind == "MATERIALIZED VIEW" else f"DROP TABLE {target} CASCADE")
+        thread.join(30)
+        error = outcome.get("error")
+        assert isinstance(error, psycopg.errors.UndefinedTable), outcome
+        assert "was dropped while the query ran" in str(error)
+        # The connection that read goes on; the other one too.
+        assert conn.execute("SELECT 1").fetchall() == [(1,)]
+        if kind == "MATERIALIZED VIEW":
+            conn.execute(f"DROP TABLE {name}_t")

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from streamdb import udf
 from streamdb.catalog import OBJECT_KINDS, CatalogSnapshot, RelationDef, RoleDef
-from streamdb.storage.base import Commit, Storage
+from streamdb.storage.base import Commit, Snapshot, Storage
 
 CATALOG = "catalog"
 META = "meta"
@@ -24,6 +24,22 @@ ROLE_PREFIX = b"\x00role:"  # roles: b"\x00role:<name>"
 def _key(rel: RelationDef) -> bytes:
     return OBJECT_PREFIX + f"{rel.kind}:{rel.name}".encode() if rel.kind in OBJECT_KINDS else rel.name.encode()
 FORMAT_VERSION = 1
+
+
+def pending_drop_key(rel_id: int) -> bytes:
+    """META's mark of a relation out of the catalog whose data is still kept (a replaced view's,
+    for a grace period): the commit that drops the data removes it."""
+    return f"pending-drop:{rel_id}".encode()
+
+
+def stored_in(snap: Snapshot, rel: RelationDef) -> bool:
+    """Whether the data of `rel` is in a storage snapshot: it is while the snapshot's catalog
+    holds this relation (not another of its name: a DROP removes both in one commit), or while
+    it is a replaced view's whose drop is pending."""
+    raw = snap.get(CATALOG, _key(rel))
+    if raw is not None and json.loads(raw).get("id") == rel.id:
+        return True
+    return snap.get(META, pending_drop_key(rel.id)) is not None
 
 
 class CatalogStore:

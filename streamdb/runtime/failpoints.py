@@ -3,11 +3,15 @@ Materialize's failpoints): all off unless $STREAMDB_TEST_FAILPOINTS names them, 
 
 - `view-commit`: applying a pipeline batch to a view fails while the batch holds a text value
   containing VIEW_COMMIT_MARKER, so a test can break one view of a shared pipeline with a row,
-  and mend it by deleting the row."""
+  and mend it by deleting the row.
+- `read-pause`: a read of a relation whose name contains READ_PAUSE_MARKER pauses 1 s between
+  taking the catalog it was planned with and the storage snapshot it reads, so a test can drop
+  the relation in between."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,6 +20,7 @@ from streamdb.errors import InternalError
 
 ENABLED = frozenset(filter(None, os.environ.get("STREAMDB_TEST_FAILPOINTS", "").split(",")))
 VIEW_COMMIT_MARKER = "streamdb-failpoint:view-commit"
+READ_PAUSE_MARKER = "failpoint_read_pause"
 
 
 def view_commit(view_name: str, table: pa.Table | None) -> None:
@@ -26,3 +31,9 @@ def view_commit(view_name: str, table: pa.Table | None) -> None:
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             if pc.any(pc.match_substring(column, VIEW_COMMIT_MARKER)).as_py():
                 raise InternalError(f'failpoint view-commit: view "{view_name}" met its marker')
+
+
+def read_pause(relation_name: str) -> None:
+    """Pause a read (1 s) before its storage snapshot, if the failpoint is on and the name has its marker."""
+    if "read-pause" in ENABLED and READ_PAUSE_MARKER in relation_name:
+        time.sleep(1.0)

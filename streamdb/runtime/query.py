@@ -16,8 +16,9 @@ from streamdb import types as T
 from streamdb.errors import DataException, UndefinedTable
 from streamdb.planner.context import SessionInfo
 from streamdb.planner.plans import QueryPlan
-from streamdb.runtime import embedded, limits, system_catalog
+from streamdb.runtime import embedded, failpoints, limits, system_catalog
 from streamdb.runtime.api import Column
+from streamdb.runtime.catalog_store import stored_in
 from streamdb.runtime.changes import from_arrow_value
 from streamdb.runtime.reader import KeyIndex
 
@@ -30,12 +31,17 @@ log = logging.getLogger("streamdb.query")
 def gather_inputs(engine: Engine, plan: QueryPlan, session: SessionInfo) -> dict[str, pa.Table]:
     catalog = engine.catalog.snapshot()
     tables: dict[str, pa.Table] = {}
+    for inp in plan.inputs:
+        if inp.relation_id is not None and (rel := catalog.by_id(inp.relation_id)) is not None:
+            failpoints.read_pause(rel.name)
     with engine.storage.snapshot() as snap:
         for inp in plan.inputs:
             if inp.relation_id is not None:
                 rel = catalog.by_id(inp.relation_id)
-                if rel is None:
-                    raise UndefinedTable(f"relation {inp.registered_name} was dropped while the query ran")
+                # A DROP that committed after the catalog above was taken has removed the data
+                # from this snapshot: say so, rather than read it as empty.
+                if rel is None or not stored_in(snap, rel):
+                    raise UndefinedTable(f'relation "{inp.registered_name}" was dropped while the query ran')
                 if inp.mode == "changes":
                     table = engine.reader.read_changes(rel, snap)
                 else:
@@ -102,6 +108,8 @@ def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[A
         raise UndefinedTable(f"relation {lookup.relation_id} was dropped while the query ran")
     if build:
         with engine.storage.snapshot() as snap:
+            if not stored_in(snap, rel):  # dropped since the catalog above (gather_inputs)
+                raise UndefinedTable(f'relation "{rel.name}" was dropped while the query ran')
             index: KeyIndex | None = engine.reader.key_index(rel, snap, lookup.key_columns)
     else:
         offsets = tuple(engine.storage.committed_end_offset(rel.id, p) for p in range(rel.partitions))

@@ -19,6 +19,7 @@ from streamdb.errors import (
 )
 from streamdb.planner.plans import CreateRelationPlan, CreateViewPlan
 from streamdb.runtime.api import ExecutionResult
+from streamdb.runtime.catalog_store import pending_drop_key
 from streamdb.runtime.statements.context import ExecContext, refuse_if_read_by_others
 from streamdb.storage.base import Commit
 
@@ -164,10 +165,6 @@ def background(coro: Any) -> None:
 
 REPLACED_VIEW_GRACE_SECONDS = 5.0
 META = "meta"
-
-
-def pending_drop_key(rel_id: int) -> bytes:
-    return f"pending-drop:{rel_id}".encode()
 
 
 async def drop_pending(engine: Any, rel_ids: list[int]) -> None:
