@@ -630,6 +630,54 @@ def test_prepared_update_and_delete_by_key_agree_with_the_query_path(conn, uniqu
     assert conn.execute(f"SELECT name, n FROM {fast} WHERE id = 3").fetchall() == [("three", 3)]
 
 
+def test_update_by_key_with_arithmetic_over_the_row_answers_as_postgresql(conn, postgres_server, unique):
+    """SET with +, -, * and unary minus over the row's integer and numeric columns, literals and
+    parameters is computed from the row read by key, without the embedded engine's query: the
+    same rows, command tags and errors (SQLSTATE and message: `integer out of range` at the
+    result type's bounds, smallint op smallint being smallint) as PostgreSQL 15, literal and
+    prepared, NULLs and exact numerics included."""
+    t = f"ra_{unique}"
+    columns = "id INT PRIMARY KEY, i INT, s SMALLINT, b BIGINT, n NUMERIC(12, 3), u NUMERIC"
+    rows = "(1, 10, 3, 100, 1.5, 2.25), (2, 2147483646, 32766, 9223372036854775806, 999999999.999, 0.1), " \
+           "(3, NULL, NULL, NULL, NULL, NULL), (4, -7, -2, -9, -0.001, -3)"
+    statements = [
+        ("UPDATE {t} SET i = i + 1, s = s - 1 WHERE id = 1", ()),
+        ("UPDATE {t} SET b = b * 3, n = n * 2.5, u = u * u - 0.05 WHERE id = 1", ()),
+        ("UPDATE {t} SET i = -i, n = -(n + 1) WHERE id = 4", ()),
+        ("UPDATE {t} SET i = i + 1 WHERE id = 2", ()),  # 2147483647: fits
+        ("UPDATE {t} SET i = i + 1 WHERE id = 2", ()),  # integer out of range
+        ("UPDATE {t} SET s = s + s WHERE id = 2", ()),  # smallint out of range
+        ("UPDATE {t} SET b = b + 2 WHERE id = 2", ()),  # bigint out of range
+        ("UPDATE {t} SET i = s + 100000 WHERE id = 4", ()),  # smallint + integer is integer
+        ("UPDATE {t} SET n = n * 10 WHERE id = 2", ()),  # numeric(12, 3) overflow on assignment
+        ("UPDATE {t} SET i = i + 5, u = u + 1 WHERE id = 3", ()),  # NULL in, NULL out
+        ("UPDATE {t} SET i = i * 2 WHERE id = 99", ()),  # no such row: UPDATE 0
+        ("UPDATE {t} SET i = i + %s, n = n - %s WHERE id = %s", (4, 0.25, 4)),
+        ("UPDATE {t} SET b = b * %s WHERE id = %s", (-2, 1)),
+        ("UPDATE {t} SET i = i * %s WHERE id = %s", (1000, 1)),  # 11,000: fits
+        ("UPDATE {t} SET i = i * %s WHERE id = %s", (1_000_000, 1)),  # integer out of range
+    ]
+
+    def run(c, sql: str, args: tuple) -> tuple:
+        try:
+            return ("ok", c.execute(sql.format(t=t), args or None, prepare=bool(args)).statusmessage)
+        except psycopg.Error as e:
+            return ("error", e.sqlstate, e.diag.message_primary)
+
+    with psycopg.connect(postgres_server, autocommit=True) as pg:
+        for c in (conn, pg):
+            c.execute(f"CREATE TABLE {t} ({columns})")
+            c.execute(f"INSERT INTO {t} VALUES {rows}")
+        for sql, args in statements:
+            for _ in range(2 if args else 1):  # a prepared statement's second run binds into its plan
+                assert run(conn, sql, args) == run(pg, sql, args), sql
+            assert conn.execute(f"SELECT * FROM {t} ORDER BY id").fetchall() == \
+                pg.execute(f"SELECT * FROM {t} ORDER BY id").fetchall(), sql
+        plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN UPDATE {t} SET i = i + 1 WHERE id = 1").fetchall())
+        assert "computed from the row (no query)" in plan, plan
+        pg.execute(f"DROP TABLE {t}")
+
+
 def test_concurrent_updates_of_one_row_lose_nothing(server, conn, unique):
     """Two sessions update the same row at once: by key with constants (each its own column) and
     through the query path with `SET n = n + 1`. Every acknowledged change is in the final row,

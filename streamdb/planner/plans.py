@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from streamdb.catalog import RelationDef
 from streamdb.runtime.api import Column
 from streamdb.types import SqlType
+
+if TYPE_CHECKING:
+    from streamdb.planner.row_expr import RowExpr
 
 
 @dataclass(frozen=True)
@@ -291,9 +294,15 @@ class UpdatePlan(Plan):
     # (SET with expressions over the row), the query runs over that one row.
     key: tuple[Any, ...] | None = None
     assignments: tuple[tuple[str, Any], ...] | None = None
+    # With `key` and a `query`: the SET's new values as arithmetic over the row's own columns,
+    # literals and parameters (planner/row_expr.py), computed without the query; None when an
+    # assignment is anything else. (column index, value) pairs.
+    row_values: tuple[tuple[int, RowExpr], ...] | None = None
 
     def explain(self) -> str:
         by_key = f"\n  by primary key {self.key!r}" if self.key is not None else ""
+        if self.row_values is not None:  # the query is kept for its parameters, not run
+            return f"Update {self.relation_name}{by_key}\n  new values computed from the row (no query)"
         matches = f"\n  matches: {self.query.duckdb_sql}" if self.query is not None else ""
         return f"{'Delete from' if self.is_delete else 'Update'} {self.relation_name}{by_key}{matches}"
 

@@ -19,6 +19,7 @@ from streamdb.planner.names import lookup_relation, normalize, position_of
 from streamdb.planner.plans import UpdatePlan
 from streamdb.planner.privileges import require
 from streamdb.planner.query import ROWKEY
+from streamdb.planner.row_expr import row_assignments
 
 
 def _target(stmt: exp.Expression, ctx: PlanContext, verb: str):
@@ -56,9 +57,10 @@ def plan_update(stmt: exp.Update, ctx: PlanContext) -> UpdatePlan:
         return UpdatePlan(rel.name, rel.id, None, is_delete=False, key=key, assignments=constants)
     q = query_planner.plan_query(_row_select(rel, table, assignments, where), ctx)
     if key is not None and len(q.inputs) == 1 and q.inputs[0].relation_id == rel.id and q.lookup is None:
-        # SET with expressions of the row itself (n = n + 1): the query runs over the one row read
-        # by key, not over the table.
-        return UpdatePlan(rel.name, rel.id, q, is_delete=False, key=key)
+        # SET with expressions of the row itself (n = n + 1): computed from the one row read by
+        # key (row_values), or the query runs over that row alone, not over the table.
+        return UpdatePlan(rel.name, rel.id, q, is_delete=False, key=key,
+                          row_values=row_assignments(assignments, rel, q.param_types))
     return UpdatePlan(rel.name, rel.id, q, is_delete=False)
 
 
@@ -252,7 +254,9 @@ def by_key_template(stmt: exp.Expression, ctx: PlanContext, types: tuple[T.SqlTy
     if not query_planner.takes_parameters(q, len(types)) or \
             len(q.inputs) != 1 or q.inputs[0].relation_id != rel.id or q.lookup is not None:
         return None
-    return ByKeyTemplate(UpdatePlan(rel.name, rel.id, q, is_delete=False), rel, tuple(key), None, types)
+    return ByKeyTemplate(UpdatePlan(rel.name, rel.id, q, is_delete=False,
+                                    row_values=row_assignments(assignments, rel, q.param_types)),
+                         rel, tuple(key), None, types)
 
 
 def _value_of(node: exp.Expr) -> _Value | None:

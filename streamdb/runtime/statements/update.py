@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamdb.catalog import RelationDef
 from streamdb.errors import UndefinedTable
+from streamdb.planner import row_expr
 from streamdb.planner.plans import QueryPlan, UpdatePlan
 from streamdb.runtime import changes as C
 from streamdb.runtime import embedded, query, writer
@@ -50,6 +51,21 @@ async def _by_key(engine: Engine, rel: RelationDef, plan: UpdatePlan) -> Executi
         n = await writer.apply_table_changes(engine, rel, deletes=[key])
         return ExecutionResult(f"DELETE {n}")
     names = rel.column_names()
+    params = plan.query.params if plan.query is not None else ()
+    if plan.row_values is not None and row_expr.params_needed(plan.row_values) <= len(params):
+        # SET with arithmetic over the row's own values: computed from the row as it is under
+        # the table's lock, as a constant SET is applied (no query: ~1.7 ms less a statement).
+        values = plan.row_values
+
+        def compute(old: tuple[Any, ...]) -> tuple[Any, ...]:
+            row = list(old)
+            for i, value in [(i, row_expr.evaluate(e, old, params)) for i, e in values]:  # all from the old row
+                row[i] = value
+            full, _ = writer.build_rows(rel, tuple(names), [tuple(row)], False)
+            return full[0]
+
+        n = await writer.apply_table_changes(engine, rel, assignments=[(key, compute)])
+        return ExecutionResult(f"UPDATE {n}")
     if plan.query is not None:  # SET with expressions over the row: the query over that row alone
         row_query = plan.query
         async with engine.table_lock(rel.id):
