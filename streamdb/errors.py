@@ -106,6 +106,10 @@ class InvalidDatetimeFormat(StreamDBError):
     sqlstate = "22007"
 
 
+class DatetimeFieldOverflow(StreamDBError):
+    sqlstate = "22008"
+
+
 class NumericValueOutOfRange(StreamDBError):
     sqlstate = "22003"
 

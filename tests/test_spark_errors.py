@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from streamdb.errors import InvalidDatetimeFormat, InvalidTextRepresentation
+from streamdb.errors import (
+    DatetimeFieldOverflow,
+    InvalidDatetimeFormat,
+    InvalidRegularExpression,
+    InvalidTextRepresentation,
+)
 from streamdb.runtime.spark.session import translate_spark_error
 
 
@@ -34,3 +39,21 @@ def test_a_cast_spark_cannot_do_is_said_as_postgres_says_it(spark_type, error, p
     translated = translate_spark_error(_Captured("CAST_INVALID_INPUT", spark))
     assert type(translated) is error
     assert translated.message == f'invalid input syntax for type {postgres_type}: "a b"'
+
+
+@pytest.mark.parametrize(("text", "error", "message"), [
+    # A streaming query's failure: Spark's error inside its text, first line and all.
+    ("org.apache.spark.SparkDateTimeException: [DATETIME_FIELD_OUT_OF_BOUNDS.WITHOUT_SUGGESTION] Invalid value "
+     "for MonthOfYear (valid values 1 - 12): 13.  SQLSTATE: 22023\n\tat org.apache.spark...",
+     DatetimeFieldOverflow, "Invalid value for MonthOfYear (valid values 1 - 12): 13."),
+    ("Query [id = 1] terminated with exception: Job aborted.\nCaused by: org.apache.spark.SparkRuntimeException: "
+     "[INVALID_PARAMETER_VALUE.PATTERN] The value of parameter(s) `regexp` in `regexp_replace` is invalid: "
+     "'('. SQLSTATE: 22023", InvalidRegularExpression,
+     "The value of parameter(s) `regexp` in `regexp_replace` is invalid: '('."),
+])
+def test_a_spark_error_inside_a_streaming_failure_keeps_its_sqlstate(text, error, message):
+    """Before, a pipeline's failure carrying these read as XX000 with the Java class's name in
+    the message; PostgreSQL says 22008 for make_date(2020, 13, 1) and 2201B for a bad pattern."""
+    translated = translate_spark_error(Exception(text))
+    assert type(translated) is error
+    assert translated.message == message

@@ -42,10 +42,12 @@ from streamdb import types as T
 from streamdb import udf, values
 from streamdb.errors import (
     DatatypeMismatch,
+    DatetimeFieldOverflow,
     DivisionByZero,
     FeatureNotSupported,
     InternalError,
     InvalidParameterValue,
+    InvalidRegularExpression,
     InvalidTextRepresentation,
     NumericValueOutOfRange,
     ObjectNotInPrerequisiteState,
@@ -165,7 +167,15 @@ _BY_CONDITION: tuple[tuple[str, type[StreamDBError]], ...] = (
     # "Cannot resolve ... due to data type mismatch" (e.g. WHERE over an INT): 42804, not XX000.
     ("DATATYPE_MISMATCH", DatatypeMismatch),
     ("AGGREGATE_FUNCTION_WITH_NONDETERMINISTIC_EXPRESSION", FeatureNotSupported),
+    # make_date(2020, 13, 1): Postgres says 22008 (date/time field value out of range).
+    ("DATETIME_FIELD_OUT_OF_BOUNDS", DatetimeFieldOverflow),
+    # regexp_replace(s, '(', ''): Postgres says 2201B (invalid regular expression).
+    ("INVALID_PARAMETER_VALUE.PATTERN", InvalidRegularExpression),
 )
+# Spark's error inside another exception's text (a streaming query's failure reads
+# "org.apache.spark.SparkDateTimeException: [CONDITION] message SQLSTATE: 22023"): its condition.
+_WRAPPED = re.compile(r"[\w.$]*(?:Exception|Error): (\[[A-Z][A-Z0-9_.]*\] [^\n]*)")
+_WRAPPERS = ("STREAM_FAILED",)
 
 _CAST_INVALID = re.compile(r"The value '(.*)' of the type \"STRING\" cannot be cast to \"([A-Z_]+)", re.S)
 # The SQL type behind each Spark type a cast from text can fail to reach.
@@ -213,6 +223,11 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
         m = re.match(r"^\[([A-Z0-9_.]+)\]", text.strip())
         if m:
             condition = m.group(1)
+    if (condition is None or condition.startswith(_WRAPPERS)) and (wrapped := _WRAPPED.search(text)):
+        text = wrapped.group(1)
+        condition = text[1:text.index("]")]
+        if (state := re.search(r"SQLSTATE: ([0-9A-Z]{5})", text)) is not None:
+            sqlstate = state.group(1)
     if type_name == "Py4JNetworkError" or "Py4JNetworkError" in text:
         return InternalError("lost connection to the Spark driver JVM")
     if type_name.startswith("Py4J"):
