@@ -175,7 +175,7 @@ _BY_CONDITION: tuple[tuple[str, type[StreamDBError]], ...] = (
 # Spark's error inside another exception's text (a streaming query's failure reads
 # "org.apache.spark.SparkDateTimeException: [CONDITION] message SQLSTATE: 22023"): its condition.
 _WRAPPED = re.compile(r"[\w.$]*(?:Exception|Error): (\[[A-Z][A-Z0-9_.]*\] [^\n]*)")
-_WRAPPERS = ("STREAM_FAILED",)
+_WRAPPING_CONDITIONS = ("STREAM_FAILED",)
 
 _CAST_INVALID = re.compile(r"The value '(.*)' of the type \"STRING\" cannot be cast to \"([A-Z_]+)", re.S)
 # The SQL type behind each Spark type a cast from text can fail to reach.
@@ -223,7 +223,7 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
         m = re.match(r"^\[([A-Z0-9_.]+)\]", text.strip())
         if m:
             condition = m.group(1)
-    if (condition is None or condition.startswith(_WRAPPERS)) and (wrapped := _WRAPPED.search(text)):
+    if (condition is None or condition.startswith(_WRAPPING_CONDITIONS)) and (wrapped := _WRAPPED.search(text)):
         text = wrapped.group(1)
         condition = text[1:text.index("]")]
         if (state := re.search(r"SQLSTATE: ([0-9A-Z]{5})", text)) is not None:
