@@ -471,6 +471,39 @@ def test_a_recomputed_view_whose_query_fails_fails_alone_and_heals(server, conn,
         conn.execute(f"DROP TABLE {t} CASCADE")
 
 
+def test_a_function_that_raises_on_a_row_fails_its_view_alone_and_heals(server, conn, unique):
+    """make_date(2020, 13, 1) and a pattern that is not a regular expression raise in Spark. Before,
+    such a row failed the pipeline's batch, so every view of its depth read as failed, and
+    deleting the row did not help: it stayed in the log and every retry met it again. Now the
+    row is that view's error data (22008, 2201B as PostgreSQL says them), the view beside it
+    in the same pipeline goes on, and deleting the row heals the views."""
+    t = f"rz_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, n INT, s TEXT)")
+    try:
+        conn.execute(f"INSERT INTO {t} VALUES (1, 5, 'a')")
+        dates, pattern, plain = f"rz_date_{unique}", f"rz_re_{unique}", f"rz_plain_{unique}"
+        queries = {dates: f"SELECT id, make_date(2020, n, 1) AS d FROM {t}",
+                   pattern: f"SELECT id, regexp_replace('abc', s, 'x') AS r FROM {t}",
+                   plain: f"SELECT id, n * 2 AS m FROM {t}"}  # one pipeline (depth 0)
+        create_views(server, queries)
+        check_views(conn, queries)
+        conn.execute(f"INSERT INTO {t} VALUES (2, 13, '(')")
+        with pytest.raises(psycopg.errors.DatetimeFieldOverflow, match="date field value out of range"):
+            conn.execute(f"FLUSH {dates}")
+        with pytest.raises(psycopg.errors.InvalidRegularExpression, match="invalid regular expression"):
+            conn.execute(f"FLUSH {pattern}")
+        conn.execute(f"FLUSH {plain}")
+        assert sorted(conn.execute(f"SELECT * FROM {plain}").fetchall()) == [(1, 10), (2, 26)]
+        status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
+        assert status[dates] == status[pattern] == "failed" and status[plain].startswith("running"), status
+        conn.execute(f"DELETE FROM {t} WHERE id = 2")
+        conn.execute("FLUSH")
+        check_views(conn, queries)
+        assert conn.execute(f"SELECT * FROM {dates}").fetchall() == [(1, dt.date(2020, 5, 1))]
+    finally:  # a failing view in the shared server would fail every later test's FLUSH
+        conn.execute(f"DROP TABLE {t} CASCADE")
+
+
 def test_views_over_time_columns(server, conn, unique):
     """A TIME column (PostgreSQL's time without time zone) in a view's input: any view over such a
     relation failed at CREATE (XX000, Spark could not read the log's time vectors), even one not

@@ -972,11 +972,50 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
         carried = render(call, names)  # sdb_udf_<id>_e(...).v
         error = carried.removesuffix(".v") + ".e"
         out.append((f"({error} IS NOT NULL)", f"concat('38000:', {error})"))
+    for raising, failure in _raising_calls(e):
+        # Spark raises on some rows of these (make_date(2020, 13, 1), a pattern that is not a
+        # regular expression): evaluated under sdb_try (TryFunction.java), the struct around the
+        # call is NULL exactly when it raised.
+        out.append((f"(sdb_try(named_struct('v', {render(raising, names)})) IS NULL)", f"'{_esc(failure)}'"))
     for node, type_name in _overflows(e):
         left, right = render(node.this, names), render(node.expression, names)
         tried = f"{_TRY_ARITHMETIC[type(node)]}({left}, {right})"
         out.append((f"(({left}) IS NOT NULL AND ({right}) IS NOT NULL AND {tried} IS NULL)",
                     f"'22003:{type_name} out of range'"))
+    return out
+
+
+# Functions Spark raises on for some values of a row, with Postgres's SQLSTATE and words for it.
+_RAISING: dict[type[exp.Expr], str] = {
+    exp.TimestampFromParts: "22008:date/time field value out of range",
+    exp.RegexpReplace: "2201B:invalid regular expression",
+    exp.RegexpLike: "2201B:invalid regular expression",
+    exp.RegexpILike: "2201B:invalid regular expression",
+    exp.RegexpExtract: "2201B:invalid regular expression",
+    exp.RegexpExtractAll: "2201B:invalid regular expression",
+    exp.RegexpSplit: "2201B:invalid regular expression",
+    exp.SimilarTo: "2201B:invalid regular expression",
+    exp.StrToDate: "22007:invalid value for the date format",
+    exp.StrToTime: "22007:invalid value for the timestamp format",
+    exp.SplitPart: "22023:field position must not be zero",
+    exp.Repeat: "54000:requested length too large",
+}
+_RAISING_NAMED = {"make_date": "22008:date field value out of range",
+                  "make_interval": "22008:interval field value out of range",
+                  "regexp_match": "2201B:invalid regular expression",
+                  "regexp_matches": "2201B:invalid regular expression"}
+
+
+def _raising_calls(e: exp.Expression) -> list[tuple[exp.Expression, str]]:
+    """Calls in `e` that are always evaluated and that Spark raises on for some rows, each with
+    its failure ('SQLSTATE:message')."""
+    out: list[tuple[exp.Expression, str]] = []
+    for node in e.walk():
+        failure = _RAISING.get(type(node))
+        if failure is None and isinstance(node, exp.Anonymous):
+            failure = _RAISING_NAMED.get(str(node.this).lower())
+        if failure is not None and isinstance(node, exp.Expression) and _always_evaluated(node):
+            out.append((node, failure))
     return out
 
 
@@ -1230,6 +1269,7 @@ class StreamingPipeline:
 
         udfs.register(session, udf.defined())
         udfs.register_jvm_functions(session)
+        session._jvm.streamdb.spark.TryFunction.register(session._jsparkSession)  # type: ignore[union-attr]
         # Small micro-batches: fixed costs dominate (one shuffle partition per core is plenty).
         session.conf.set("spark.sql.adaptive.enabled", "false")
         # Spark 4.3's nested column aliasing under a generator replaced a decoded struct by the
