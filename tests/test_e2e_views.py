@@ -6,6 +6,7 @@ the same data (the embedded engine), while the view itself is maintained on Spar
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -440,15 +441,12 @@ def test_a_recomputed_view_whose_query_fails_fails_alone_and_heals(server, conn,
     cast's SQLSTATE (22P02), and once the row is gone its rebuild brings it back equal to its
     query."""
     t = f"rf_{unique}"
-    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, s TEXT)")
-    try:
-        conn.execute(f"INSERT INTO {t} VALUES (1, 1, '5'), (2, 1, '7'), (3, 2, '1')")
-        victim, window, other = f"rf_cast_{unique}", f"rf_lag_{unique}", f"rf_count_{unique}"
-        queries = {victim: f"SELECT id, lag(CAST(s AS INT)) OVER (PARTITION BY k ORDER BY id) AS p FROM {t}",
-                   window: f"SELECT id, lag(id) OVER (PARTITION BY k ORDER BY id) AS p FROM {t}",
-                   other: f"SELECT k, count(*) AS n FROM {t} GROUP BY k"}  # the same pipeline (depth 1)
-        create_views(server, queries)
-        check_views(conn, queries)
+    victim, window, other = f"rf_cast_{unique}", f"rf_lag_{unique}", f"rf_count_{unique}"
+    queries = {victim: f"SELECT id, lag(CAST(s AS INT)) OVER (PARTITION BY k ORDER BY id) AS p FROM {t}",
+               window: f"SELECT id, lag(id) OVER (PARTITION BY k ORDER BY id) AS p FROM {t}",
+               other: f"SELECT k, count(*) AS n FROM {t} GROUP BY k"}  # the same pipeline (depth 1)
+    with _views_to_fail(server, conn, f"{t} (id INT PRIMARY KEY, k INT, s TEXT)",
+                        "(1, 1, '5'), (2, 1, '7'), (3, 2, '1')", queries):
         conn.execute(f"INSERT INTO {t} VALUES (4, 1, 'x'), (5, 2, '2')")
         with pytest.raises(psycopg.errors.InvalidTextRepresentation,
                            match='invalid input syntax for type integer: "x"'):  # Postgres's words
@@ -467,8 +465,6 @@ def test_a_recomputed_view_whose_query_fails_fails_alone_and_heals(server, conn,
         flush_once_healed(conn, victim, psycopg.errors.InvalidTextRepresentation)
         check_views(conn, queries)
         assert sorted(conn.execute(f"SELECT * FROM {victim}").fetchall()) == [(1, None), (2, 5), (3, None), (5, 1)]
-    finally:  # a failing view in the shared server would fail every later test's FLUSH
-        conn.execute(f"DROP TABLE {t} CASCADE")
 
 
 def test_a_function_that_raises_on_a_row_fails_its_view_alone_and_heals(server, conn, unique):
@@ -478,15 +474,11 @@ def test_a_function_that_raises_on_a_row_fails_its_view_alone_and_heals(server, 
     row is that view's error data (22008, 2201B as PostgreSQL says them), the view beside it
     in the same pipeline goes on, and deleting the row heals the views."""
     t = f"rz_{unique}"
-    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, n INT, s TEXT)")
-    try:
-        conn.execute(f"INSERT INTO {t} VALUES (1, 5, 'a')")
-        dates, pattern, plain = f"rz_date_{unique}", f"rz_re_{unique}", f"rz_plain_{unique}"
-        queries = {dates: f"SELECT id, make_date(2020, n, 1) AS d FROM {t}",
-                   pattern: f"SELECT id, regexp_replace('abc', s, 'x') AS r FROM {t}",
-                   plain: f"SELECT id, n * 2 AS m FROM {t}"}  # one pipeline (depth 0)
-        create_views(server, queries)
-        check_views(conn, queries)
+    dates, pattern, plain = f"rz_date_{unique}", f"rz_re_{unique}", f"rz_plain_{unique}"
+    queries = {dates: f"SELECT id, make_date(2020, n, 1) AS d FROM {t}",
+               pattern: f"SELECT id, regexp_replace('abc', s, 'x') AS r FROM {t}",
+               plain: f"SELECT id, n * 2 AS m FROM {t}"}  # one pipeline (depth 0)
+    with _views_to_fail(server, conn, f"{t} (id INT PRIMARY KEY, n INT, s TEXT)", "(1, 5, 'a')", queries):
         conn.execute(f"INSERT INTO {t} VALUES (2, 13, '(')")
         with pytest.raises(psycopg.errors.DatetimeFieldOverflow, match="date field value out of range"):
             conn.execute(f"FLUSH {dates}")
@@ -500,8 +492,22 @@ def test_a_function_that_raises_on_a_row_fails_its_view_alone_and_heals(server, 
         conn.execute("FLUSH")
         check_views(conn, queries)
         assert conn.execute(f"SELECT * FROM {dates}").fetchall() == [(1, dt.date(2020, 5, 1))]
-    finally:  # a failing view in the shared server would fail every later test's FLUSH
-        conn.execute(f"DROP TABLE {t} CASCADE")
+
+
+@contextlib.contextmanager
+def _views_to_fail(server, conn, table: str, rows: str, queries: dict[str, str]):
+    """A table (`name (columns)`) with `rows` and views over it, equal to their queries; the
+    table and its views are dropped after the block, as a failing view left in the shared server
+    would fail every later test's FLUSH."""
+    name = table.split(" ", 1)[0]
+    conn.execute(f"CREATE TABLE {table}")
+    try:
+        conn.execute(f"INSERT INTO {name} VALUES {rows}")
+        create_views(server, queries)
+        check_views(conn, queries)
+        yield
+    finally:
+        conn.execute(f"DROP TABLE {name} CASCADE")
 
 
 def test_views_over_time_columns(server, conn, unique):
