@@ -488,6 +488,13 @@ def test_a_function_that_raises_on_a_row_fails_its_view_alone_and_heals(server, 
         assert sorted(conn.execute(f"SELECT * FROM {plain}").fetchall()) == [(1, 10), (2, 26)]
         status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
         assert status[dates] == status[pattern] == "failed" and status[plain].startswith("running"), status
+        for threshold in ("1000000", "0"):  # ad hoc, the embedded engine and Spark say the same
+            conn.execute(f"SET streamdb.spark_read_threshold_rows = {threshold}")
+            with pytest.raises(psycopg.errors.DatetimeFieldOverflow):
+                conn.execute(queries[dates])
+            with pytest.raises(psycopg.errors.InvalidRegularExpression):
+                conn.execute(queries[pattern])
+        conn.execute("RESET streamdb.spark_read_threshold_rows")
         conn.execute(f"DELETE FROM {t} WHERE id = 2")
         conn.execute("FLUSH")
         check_views(conn, queries)

@@ -158,6 +158,12 @@ _COLUMN_NOT_FOUND = re.compile(r'Referenced column "([^"]+)" (?:was )?not found'
 _TABLE_COLUMN = re.compile(r'(?:Table|Values list) "([^"]+)" does not have a column named "([^"]+)"')
 _INTEGER_OVERFLOW = re.compile(r"Overflow in (?:addition|subtraction|multiplication|negation) of (INT16|INT32|INT64)\b")
 _PG_INTEGER_NAMES = {"INT16": "smallint", "INT32": "integer", "INT64": "bigint"}
+_DATE_OUT_OF_RANGE = re.compile(r"Date out of range: (-?\d+)-(\d+)-(\d+)$")
+# RE2's errors for a pattern it cannot compile (Postgres: 2201B invalid_regular_expression).
+_REGEX_ERRORS = ("missing )", "missing ]", "unexpected )", "no argument for repetition operator",
+                 "missing argument to repetition operator", "invalid repetition size", "bad repetition operator",
+                 "invalid nested repetition operator", "invalid escape sequence", "invalid character class",
+                 "trailing \\", "invalid perl operator", "invalid named capture group", "pattern too large")
 _FUNC = re.compile(r'Scalar Function with name (\w+) does not exist|Function with name (\w+) does not exist')
 
 
@@ -200,6 +206,9 @@ def translate_error(e: Exception) -> errors.StreamDBError:
             return errors.UndefinedTable(_clean(text))
         return errors.UndefinedObject(_clean(text))
     if isinstance(e, duckdb.ConversionException):
+        if (m := _DATE_OUT_OF_RANGE.match(text)) is not None:  # make_date(2020, 13, 1)
+            year, month, day = (int(g) for g in m.groups())
+            return errors.DatetimeFieldOverflow(f"date field value out of range: {year}-{month:02d}-{day:02d}")
         return errors.InvalidTextRepresentation(_clean(text))
     if isinstance(e, duckdb.OutOfRangeException):
         if "division by zero" in msg.lower():
@@ -212,6 +221,8 @@ def translate_error(e: Exception) -> errors.StreamDBError:
     if isinstance(e, duckdb.InvalidInputException):
         if "division by zero" in msg.lower():
             return errors.DivisionByZero("division by zero")
+        if text.startswith(_REGEX_ERRORS):  # the regular expression library's words for a bad pattern
+            return errors.InvalidRegularExpression(f"invalid regular expression: {_clean(text)}")
         return errors.InvalidParameterValue(_clean(text))
     if isinstance(e, duckdb.ParserException):
         return errors.SyntaxErrorSQL(_clean(text))
