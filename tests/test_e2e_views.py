@@ -1212,6 +1212,22 @@ def test_array_agg_of_numerics_with_many_decimals_matches_postgresql(conn, postg
                         (2, [Decimal("1.00000000000000000001")], [Decimal("1.00000000000000000001")], [tiny])]
 
 
+def test_array_subscripts_match_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique):
+    """An array subscript past the end is NULL in PostgreSQL; on Spark it raised (22003, and the
+    view could not be created), and a subscript that is not a literal read the next element
+    (Spark counts from 0). The same rows as PostgreSQL 15 from both engines and a view."""
+    t, mv = f"sub_{unique}", f"sub_mv_{unique}"
+    query = (f"SELECT k, (array_agg(v ORDER BY v))[2] AS second, (array_agg(v ORDER BY v))[5] AS fifth, "
+             f"(array_agg(v ORDER BY v))[k] AS kth, (array_agg(v ORDER BY v))[0] AS zeroth FROM {t} "
+             f"GROUP BY k ORDER BY k")
+    changes = [f"INSERT INTO {t} VALUES (1, 1, 5), (2, 1, 7), (3, 2, 1), (4, 2, 9), (5, 3, 4)",
+               f"UPDATE {t} SET v = 3 WHERE id = 4",
+               f"DELETE FROM {t} WHERE id = 1"]
+    expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, k INT, v INT)",
+                                   query, mv, changes, ordered=True)
+    assert expected == [(1, None, None, 7, None), (2, 3, None, 3, None), (3, None, None, None, None)]
+
+
 def test_a_failed_create_leaves_the_views_beside_it_working(conn, unique):
     """A view whose CREATE fails in Spark (a cast that cannot be done) shares a pipeline with a
     working view: its batch failed as a whole, but the CREATE answers only once the pipeline goes

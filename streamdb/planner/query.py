@@ -1433,8 +1433,28 @@ def _comparator(order: list[exp.Ordered]) -> str:
 
 
 # In order: each sees what the ones before it made (the numeric casts last, over everything).
+def _spark_array_subscripts(query: exp.Expression) -> exp.Expression:
+    """`a[i]` as Spark's `get(a, i - 1)`: PostgreSQL's subscripts start at 1 and give NULL out of
+    bounds, Spark's start at 0 and raise (INVALID_ARRAY_INDEX). sqlglot shifts a literal
+    subscript only, so `a[i]` read the next element. Slices (`a[1:2]`) are left as they are."""
+    def subscript(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Bracket) or len(node.expressions) != 1 \
+                or isinstance(node.expressions[0], exp.Slice) \
+                or (node.this.type is not None and node.this.type.is_type(exp.DataType.Type.JSON,
+                                                                          exp.DataType.Type.JSONB)):
+            return node
+        index = node.expressions[0]
+        # sqlglot's parser already shifted a literal subscript to count from 0 (a[5] holds 4).
+        literal = isinstance(index, exp.Literal) or (isinstance(index, exp.Neg) and isinstance(index.this, exp.Literal))
+        shifted = index if literal else exp.Sub(this=exp.paren(index.copy(), copy=False),
+                                                expression=exp.Literal.number(1))
+        return exp.Anonymous(this="get", expressions=[node.this, shifted])
+
+    return query.transform(subscript, copy=False)
+
+
 _SPARK_REWRITES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
-    _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
+    _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
     _spark_series_tables, _spark_distinct_on_order, spark_float_rounds, _spark_epochs, _spark_array_aggs,
     _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts,
 )
