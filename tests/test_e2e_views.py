@@ -1194,38 +1194,40 @@ def test_array_agg_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn,
                          "NULL|y", 2, "NULL4y")]
 
 
-def test_array_agg_of_numerics_with_many_decimals_matches_postgresql(conn, postgres_server, unique):
-    """array_agg of a numeric(30, 20) column and of a literal with 21 decimals: the view failed at
-    CREATE with XX000 ('Rescaling Decimal value would cause data loss': its elements were stored
-    at 10 decimals), and with fewer decimals the view rounded them. Now the elements keep the
-    scale the query gives them: the same rows as PostgreSQL 15, both engines and the view."""
-    t, mv = f"arrn_{unique}", f"arrn_mv_{unique}"
-    query = (f"SELECT k, array_agg(n ORDER BY id) AS a, array_agg(DISTINCT n) AS d, "
-             f"array_agg(0.000000000000000000001) AS l FROM {t} GROUP BY k ORDER BY k")
-    changes = [f"INSERT INTO {t} VALUES (1, 1, 0.12345678901234567890), (2, 1, 3), (3, 2, 1.00000000000000000001)",
-               f"UPDATE {t} SET n = 0.00000000000000000009 WHERE id = 2",
-               f"DELETE FROM {t} WHERE id = 1"]
-    expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, k INT, n NUMERIC(30, 20))",
-                                   query, mv, changes, ordered=True)
-    tiny = Decimal("0.000000000000000000001")
-    assert expected == [(1, [Decimal("0.00000000000000000009")], [Decimal("0.00000000000000000009")], [tiny]),
-                        (2, [Decimal("1.00000000000000000001")], [Decimal("1.00000000000000000001")], [tiny])]
+_TINY = Decimal("0.000000000000000000001")
+# (name, columns, query over {t}, changes to {t}, the rows PostgreSQL 15 gives after them)
+_ARRAY_CASES = [
+    # array_agg of a numeric(30, 20) column and of a literal with 21 decimals: the view failed at
+    # CREATE with XX000 ('Rescaling Decimal value would cause data loss': its elements were
+    # stored at 10 decimals), and with fewer decimals it rounded them.
+    ("numerics", "id INT PRIMARY KEY, k INT, n NUMERIC(30, 20)",
+     "SELECT k, array_agg(n ORDER BY id) AS a, array_agg(DISTINCT n) AS d, "
+     "array_agg(0.000000000000000000001) AS l FROM {t} GROUP BY k ORDER BY k",
+     ["INSERT INTO {t} VALUES (1, 1, 0.12345678901234567890), (2, 1, 3), (3, 2, 1.00000000000000000001)",
+      "UPDATE {t} SET n = 0.00000000000000000009 WHERE id = 2", "DELETE FROM {t} WHERE id = 1"],
+     [(1, [Decimal("0.00000000000000000009")], [Decimal("0.00000000000000000009")], [_TINY]),
+      (2, [Decimal("1.00000000000000000001")], [Decimal("1.00000000000000000001")], [_TINY])]),
+    # A subscript past the end is NULL; on Spark it raised (22003, the view could not be created),
+    # and one that is not a literal read the next element (Spark counts from 0).
+    ("subscripts", "id INT PRIMARY KEY, k INT, v INT",
+     "SELECT k, (array_agg(v ORDER BY v))[2] AS second, (array_agg(v ORDER BY v))[5] AS fifth, "
+     "(array_agg(v ORDER BY v))[k] AS kth, (array_agg(v ORDER BY v))[0] AS zeroth FROM {t} GROUP BY k ORDER BY k",
+     ["INSERT INTO {t} VALUES (1, 1, 5), (2, 1, 7), (3, 2, 1), (4, 2, 9), (5, 3, 4)",
+      "UPDATE {t} SET v = 3 WHERE id = 4", "DELETE FROM {t} WHERE id = 1"],
+     [(1, None, None, 7, None), (2, 3, None, 3, None), (3, None, None, None, None)]),
+]
 
 
-def test_array_subscripts_match_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique):
-    """An array subscript past the end is NULL in PostgreSQL; on Spark it raised (22003, and the
-    view could not be created), and a subscript that is not a literal read the next element
-    (Spark counts from 0). The same rows as PostgreSQL 15 from both engines and a view."""
-    t, mv = f"sub_{unique}", f"sub_mv_{unique}"
-    query = (f"SELECT k, (array_agg(v ORDER BY v))[2] AS second, (array_agg(v ORDER BY v))[5] AS fifth, "
-             f"(array_agg(v ORDER BY v))[k] AS kth, (array_agg(v ORDER BY v))[0] AS zeroth FROM {t} "
-             f"GROUP BY k ORDER BY k")
-    changes = [f"INSERT INTO {t} VALUES (1, 1, 5), (2, 1, 7), (3, 2, 1), (4, 2, 9), (5, 3, 4)",
-               f"UPDATE {t} SET v = 3 WHERE id = 4",
-               f"DELETE FROM {t} WHERE id = 1"]
-    expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, k INT, v INT)",
-                                   query, mv, changes, ordered=True)
-    assert expected == [(1, None, None, 7, None), (2, 3, None, 3, None), (3, None, None, None, None)]
+@pytest.mark.parametrize(("name", "columns", "query", "changes", "rows"), _ARRAY_CASES,
+                         ids=[c[0] for c in _ARRAY_CASES])
+def test_arrays_match_postgresql_ad_hoc_on_both_engines_and_in_a_view(conn, postgres_server, unique, name, columns,
+                                                                      query, changes, rows):
+    """Arrays in views as PostgreSQL 15 gives them: the same rows from both engines and the
+    view, through changes (the cases say what was wrong before)."""
+    t = f"arr_{name}_{unique}"
+    expected = _same_as_postgresql(conn, postgres_server, f"{t} ({columns})", query.format(t=t), f"{t}_mv",
+                                   [c.format(t=t) for c in changes], ordered=True)
+    assert expected == rows
 
 
 def test_a_failed_create_leaves_the_views_beside_it_working(conn, unique):
