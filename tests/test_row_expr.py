@@ -59,3 +59,9 @@ def test_nulls_and_parameters() -> None:
                                     "s = 1, txt = 'x' || txt"])
 def test_anything_else_keeps_the_query(clause: str) -> None:
     assert plan(clause) is None  # $1 without a known exact type, text, doubles, division, functions
+
+
+@pytest.mark.parametrize("clause", ["s = s + CAST('1.5' AS INT)", "s = s + CAST(1.5 AS INT)"])
+def test_a_fraction_cast_to_an_integer_keeps_the_query(clause: str) -> None:
+    """'1.5'::int is an error and 1.5::int rounds in PostgreSQL: the query path says each."""
+    assert plan(clause) is None
