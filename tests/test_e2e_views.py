@@ -501,6 +501,46 @@ def test_a_function_that_raises_on_a_row_fails_its_view_alone_and_heals(server, 
         assert conn.execute(f"SELECT * FROM {dates}").fetchall() == [(1, dt.date(2020, 5, 1))]
 
 
+def test_an_error_in_one_branch_fails_its_view_alone_and_heals(server, conn, unique):
+    """A division, a cast or make_date that raises only for the rows taking one branch of a CASE,
+    a COALESCE or an OR. Before, such a row failed the pipeline's batch for good: every view of its
+    depth read as failed, and deleting the row did not help. Now the branch is evaluated under
+    sdb_error, the row is its view's error data with Spark's error as PostgreSQL's SQLSTATE, the
+    views beside it go on, and deleting the row heals them."""
+    t = f"br_{unique}"
+    ratio, castor, dates, total, plain = (f"br_{n}_{unique}" for n in ("ratio", "castor", "dates", "total", "plain"))
+    queries = {ratio: f"SELECT id, CASE WHEN k = 'r' THEN a / b ELSE 0 END AS q FROM {t}",
+               castor: f"SELECT id FROM {t} WHERE k = 'x' OR s::int > 0",
+               dates: f"SELECT id, CASE WHEN a > 0 THEN make_date(2020, a, 1) END AS d FROM {t}",
+               total: f"SELECT k, sum(coalesce(a / nullif(b, 0), s::int)) AS z FROM {t} GROUP BY k",
+               plain: f"SELECT id, a * 2 AS m FROM {t}"}
+    with _views_to_fail(server, conn, f"{t} (id INT PRIMARY KEY, k TEXT, a INT, b INT, s TEXT)",
+                        "(1, 'r', 10, 2, '1'), (2, 'x', 5, 0, '2')", queries):
+        conn.execute(f"INSERT INTO {t} VALUES (3, 'r', 7, 0, '3'), (4, 'y', 13, 0, 'abc')")
+        expected = {ratio: psycopg.errors.DivisionByZero, castor: psycopg.errors.InvalidTextRepresentation,
+                    dates: psycopg.errors.DatetimeFieldOverflow, total: psycopg.errors.InvalidTextRepresentation}
+        for view, error in expected.items():
+            with pytest.raises(error) as raised:
+                conn.execute(f"FLUSH {view}")
+            with pytest.raises(error):
+                conn.execute(f"SELECT * FROM {view}")
+            with pytest.raises(error):  # the same query ad hoc says the same
+                conn.execute(queries[view])
+            assert "Exception" not in str(raised.value), raised.value
+        assert "abc" in str(pytest.raises(psycopg.Error, conn.execute, f"FLUSH {castor}").value)
+        conn.execute(f"FLUSH {plain}")
+        assert sorted(conn.execute(f"SELECT * FROM {plain}").fetchall()) == [(1, 20), (2, 10), (3, 14), (4, 26)]
+        status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
+        assert all(status[v] == "failed" for v in expected) and status[plain].startswith("running"), status
+        conn.execute(f"DELETE FROM {t} WHERE id = 3")
+        conn.execute(f"FLUSH {ratio}")
+        assert sorted(conn.execute(f"SELECT * FROM {ratio}").fetchall()) == [(1, 5), (2, 0), (4, 0)]
+        conn.execute(f"DELETE FROM {t} WHERE id = 4")
+        conn.execute("FLUSH")
+        check_views(conn, queries)
+        assert sorted(conn.execute(f"SELECT * FROM {total}").fetchall()) == [("r", 5), ("x", 2)]
+
+
 @contextlib.contextmanager
 def _views_to_fail(server, conn, table: str, rows: str, queries: dict[str, str]):
     """A table (`name (columns)`) with `rows` and views over it, equal to their queries; the

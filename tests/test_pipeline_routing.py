@@ -3,7 +3,7 @@ the test of its rows' source, which groups the arms so a row tests only its sour
 
 from __future__ import annotations
 
-from streamdb.runtime.spark.pipeline import _source_test
+from streamdb.runtime.spark.pipeline import _guarded, _source_test
 
 
 def test_source_tests_are_found_as_leading_conjuncts() -> None:
@@ -19,3 +19,28 @@ def test_conditions_without_a_leading_source_test_are_not_grouped() -> None:
     assert _source_test("op = 170x") is None
     assert _source_test("(x = 1 AND op = 2)") is None
     assert _source_test("opt = 2") is None
+
+
+def _guarded_sql(sql: str) -> list[str]:
+    from sqlglot import exp, parse_one
+    from sqlglot.optimizer.annotate_types import annotate_types
+
+    tree = annotate_types(parse_one(sql, dialect="postgres"), schema={"t": {"a": "INT", "b": "INT", "s": "TEXT"}})
+    select = tree.find(exp.Select)
+    assert select is not None
+    out = []
+    for e in [*select.expressions, *([select.args["where"].this] if select.args.get("where") else [])]:
+        out += [g.sql(dialect="postgres") for g in _guarded(e.unalias())]
+    return out
+
+
+def test_a_conditional_that_may_raise_in_one_branch_is_guarded_whole() -> None:
+    """The outermost CASE, COALESCE, AND or OR above something Spark may raise on for some rows
+    only; what is always evaluated keeps its own error term (`_failures`)."""
+    assert _guarded_sql("SELECT CASE WHEN s = 'r' THEN a / b ELSE 0 END FROM t") == [
+        "CASE WHEN s = 'r' THEN a / b ELSE 0 END"]
+    assert _guarded_sql("SELECT coalesce(a, CASE WHEN b > 0 THEN s::INT END) + 1 FROM t") == [
+        "COALESCE(a, CASE WHEN b > 0 THEN CAST(s AS INT) END)"]
+    assert _guarded_sql("SELECT a FROM t WHERE s = 'x' OR s::INT > 0") == ["s = 'x' OR CAST(s AS INT) > 0"]
+    assert _guarded_sql("SELECT a / b, s::INT, CASE WHEN a > 0 THEN 'p' END, coalesce(a, b) FROM t") == []
+    assert _guarded_sql("SELECT a FROM t WHERE a > 0 AND s = 'x'") == []

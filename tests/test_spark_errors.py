@@ -11,7 +11,7 @@ from streamdb.errors import (
     InvalidRegularExpression,
     InvalidTextRepresentation,
 )
-from streamdb.runtime.spark.session import translate_spark_error
+from streamdb.runtime.spark.session import translate_row_error, translate_spark_error
 
 
 class _Captured(Exception):
@@ -57,3 +57,25 @@ def test_a_spark_error_inside_a_streaming_failure_keeps_its_sqlstate(text, error
     translated = translate_spark_error(Exception(text))
     assert type(translated) is error
     assert translated.message == message
+
+
+@pytest.mark.parametrize(("text", "sqlstate", "message"), [
+    # ErrorFunction.java's text for a row that raised under a CASE: Spark's words, Postgres's state.
+    ("[DIVIDE_BY_ZERO] Division by zero. Use `try_divide` to tolerate divisor being 0 and return NULL "
+     "instead. SQLSTATE: 22012", "22012", "division by zero"),
+    ("[CAST_INVALID_INPUT] The value 'abc' of the type \"STRING\" cannot be cast to \"INT\" because it is "
+     "malformed. SQLSTATE: 22018", "22P02", 'invalid input syntax for type integer: "abc"'),
+    # A data exception not mapped one by one keeps the SQL standard's state Spark gives it.
+    ("[SOME_NEW_CONDITION] The value is bad. SQLSTATE: 22023", "22023", "The value is bad."),
+    ("java.lang.IllegalStateException: boom", "XX000", "java.lang.IllegalStateException: boom"),
+])
+def test_a_rows_error_from_spark_is_said_in_postgres_terms(text, sqlstate, message):
+    translated = translate_row_error(text)
+    assert (translated.sqlstate, translated.message) == (sqlstate, message)
+
+
+def test_the_java_class_before_a_spark_condition_is_left_out():
+    translated = translate_spark_error(_Captured(
+        "DIVIDE_BY_ZERO", "org.apache.spark.SparkArithmeticException: [DIVIDE_BY_ZERO] Division by zero. "
+                          "SQLSTATE: 22012"))
+    assert (translated.sqlstate, translated.message) == ("22012", "division by zero")

@@ -46,6 +46,7 @@ from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.runtime import changes as C
 from streamdb.runtime import failpoints
 from streamdb.runtime.reader import LOG_FROM, read_log
+from streamdb.runtime.spark.session import SPARK_ROW_ERROR, translate_row_error
 from streamdb.storage.base import Append, Commit, LogReaderSpec, partials_store, state_store
 
 if TYPE_CHECKING:
@@ -625,6 +626,9 @@ class PipelineManager:
         live = [m for m, n in self._errors.get(view_id, {}).items() if n > 0]
         if live:
             sqlstate, _, message = sorted(live)[0].partition(":")
+            if sqlstate == SPARK_ROW_ERROR:  # Spark's own error for the row: Postgres's SQLSTATE
+                error = translate_row_error(message)
+                sqlstate, message = error.sqlstate, error.message
             st.error, st.error_sqlstate = message, sqlstate
         else:
             st.error, st.error_sqlstate = None, None

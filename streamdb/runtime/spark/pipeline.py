@@ -48,6 +48,7 @@ from streamdb.planner import dataflow as D
 from streamdb.planner.query import spark_semantics
 from streamdb.runtime.spark import log_source
 from streamdb.runtime.spark.log_source import BASE_FIELDS, SEED_RELATION, column_name
+from streamdb.runtime.spark.session import SPARK_ROW_ERROR
 from streamdb.storage.base import LogReaderSpec
 
 if TYPE_CHECKING:
@@ -900,20 +901,18 @@ def _always_evaluated(node: exp.Expr) -> bool:
 
 
 def _casts(e: exp.Expression) -> list[exp.Cast]:
-    """Casts in `e` that are always evaluated and can fail on a row's value: to anything but text,
-    from text (or a type not known here) or from a number (a narrower one)."""
-    out = []
-    for node in e.walk():
-        if not isinstance(node, exp.Cast) or isinstance(node, exp.TryCast) or node.to.is_type(*_TEXT_TYPES) \
-                or isinstance(node.this, (exp.Literal, exp.Null)):
-            continue
-        source = node.this.type
-        if source is not None and not source.is_type(exp.DataType.Type.UNKNOWN, *_TEXT_TYPES) \
-                and not _may_overflow(source, node.to):
-            continue  # e.g. a timestamp to timestamptz, an int to a double: cannot fail
-        if _always_evaluated(node):
-            out.append(node)
-    return out
+    """Casts in `e` that are always evaluated and can fail on a row's value."""
+    return [node for node in e.walk() if isinstance(node, exp.Cast) and _may_fail_cast(node) and _always_evaluated(node)]
+
+
+def _may_fail_cast(node: exp.Cast) -> bool:
+    """Whether a cast can fail on a row's value: to anything but text, from text (or a type not
+    known here) or from a number (a narrower one)."""
+    if isinstance(node, exp.TryCast) or node.to.is_type(*_TEXT_TYPES) or isinstance(node.this, (exp.Literal, exp.Null)):
+        return False
+    source = node.this.type
+    # e.g. a timestamp to timestamptz, an int to a double: cannot fail
+    return source is None or source.is_type(exp.DataType.Type.UNKNOWN, *_TEXT_TYPES) or _may_overflow(source, node.to)
 
 
 _TEXT_TYPES = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR)
@@ -943,10 +942,40 @@ def _overflows(e: exp.Expression) -> list[tuple[exp.Binary, str]]:
     innermost first (so a row is blamed on the first one that overflows)."""
     out = []
     for node in e.walk():
-        if type(node) in _TRY_ARITHMETIC and _always_evaluated(node) and isinstance(node, exp.Binary) \
-                and node.type is not None and (name := _INTEGER_NAMES.get(node.type.this)) is not None:
+        if isinstance(node, exp.Binary) and (name := _overflow_type(node)) is not None and _always_evaluated(node):
             out.append((node, name))
     return out[::-1]
+
+
+def _overflow_type(node: exp.Expr) -> str | None:
+    """Postgres's name of the integer type an addition, subtraction or multiplication may overflow."""
+    if type(node) not in _TRY_ARITHMETIC or not isinstance(node, exp.Expression) or node.type is None:
+        return None
+    return _INTEGER_NAMES.get(node.type.this)
+
+
+def _may_raise(node: exp.Expr) -> bool:
+    """Whether Spark may raise on some row's values in `node` itself (its operands aside)."""
+    return (isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) or (isinstance(node, exp.Cast) and _may_fail_cast(node))
+            or _raising_failure(node) is not None or _overflow_type(node) is not None)
+
+
+def _guarded(e: exp.Expression) -> list[exp.Expression]:
+    """The outermost CASE, COALESCE, AND, ... of `e` under which something Spark may raise on is
+    evaluated for some rows only (a division in a THEN): whether a row raises depends on the branch
+    it takes, so the whole conditional is evaluated under sdb_error (ErrorFunction.java)."""
+    out: dict[int, exp.Expression] = {}
+    for node in e.walk():
+        if not _may_raise(node) or _always_evaluated(node):
+            continue
+        top, p = node, node
+        while p is not e and p.parent is not None:
+            p = p.parent
+            if isinstance(p, _CONDITIONAL):
+                top = p
+        if isinstance(top, exp.Expression):
+            out.setdefault(id(top), top)
+    return list(out.values())
 
 
 def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]:
@@ -954,8 +983,15 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
     divisor (Postgres: 22012), a cast Spark cannot do (22P02 for text input, 22003 for a number out
     of the target's range), integer arithmetic out of its type's range (22003). The conditions use
     TRY_CAST and try_add & co., which give NULL where the plain forms raise; arithmetic comes last,
-    as its operands may hold a failing cast or division that an earlier condition catches."""
-    out = [(f"({render(d, names)}) = 0", "'22012:division by zero'") for d in _divisors(e)]
+    as its operands may hold a failing cast or division that an earlier condition catches. A
+    conditional that may raise for the rows taking one of its branches comes first, as the other
+    conditions may evaluate it; its rows' errors are Spark's own, translated on the driver
+    (`translate_row_error`)."""
+    out = []
+    for guarded in _guarded(e):
+        caught = f"sdb_error({render(guarded, names)})"
+        out.append((f"({caught} IS NOT NULL)", f"concat('{SPARK_ROW_ERROR}:', {caught})"))
+    out += [(f"({render(d, names)}) = 0", "'22012:division by zero'") for d in _divisors(e)]
     for cast in _casts(e):
         src = render(cast.this, names)
         cast_sql = render(cast, names)
@@ -1011,12 +1047,17 @@ def _raising_calls(e: exp.Expression) -> list[tuple[exp.Expression, str]]:
     its failure ('SQLSTATE:message')."""
     out: list[tuple[exp.Expression, str]] = []
     for node in e.walk():
-        failure = _RAISING.get(type(node))
-        if failure is None and isinstance(node, exp.Anonymous):
-            failure = _RAISING_NAMED.get(str(node.this).lower())
+        failure = _raising_failure(node)
         if failure is not None and isinstance(node, exp.Expression) and _always_evaluated(node):
             out.append((node, failure))
     return out
+
+
+def _raising_failure(node: exp.Expr) -> str | None:
+    failure = _RAISING.get(type(node))
+    if failure is None and isinstance(node, exp.Anonymous):
+        failure = _RAISING_NAMED.get(str(node.this).lower())
+    return failure
 
 
 def _row_errors(conds: list[exp.Expression], values: list[exp.Expression],
@@ -1270,6 +1311,7 @@ class StreamingPipeline:
         udfs.register(session, udf.defined())
         udfs.register_jvm_functions(session)
         session._jvm.streamdb.spark.TryFunction.register(session._jsparkSession)  # type: ignore[union-attr]
+        session._jvm.streamdb.spark.ErrorFunction.register(session._jsparkSession)  # type: ignore[union-attr]
         # Small micro-batches: fixed costs dominate (one shuffle partition per core is plenty).
         session.conf.set("spark.sql.adaptive.enabled", "false")
         # Spark 4.3's nested column aliasing under a generator replaced a decoded struct by the

@@ -123,6 +123,8 @@ def _first_line(text: str) -> str:
 
 
 _BRACKET = re.compile(r"^\[[A-Z0-9_.]+\]\s*")
+# "org.apache.spark.SparkArithmeticException: [DIVIDE_BY_ZERO] ...": the class says nothing to a user.
+_JAVA_CLASS = re.compile(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error): (?=\[)")
 _SQLSTATE_TAIL = re.compile(r"\s*SQLSTATE:\s*[0-9A-Z]{5}.*$")
 
 
@@ -145,7 +147,7 @@ def _java_text(java_exc: Any) -> str:
 def _clean_message(text: str) -> str:
     """Spark's first message line without the [ERROR_CLASS] prefix and SQLSTATE suffix."""
     line = _first_line(text)
-    line = _BRACKET.sub("", line)
+    line = _BRACKET.sub("", _JAVA_CLASS.sub("", line))
     line = _SQLSTATE_TAIL.sub("", line)
     return line.rstrip(" ;") or "Spark query failed"
 
@@ -197,6 +199,26 @@ _BY_SQLSTATE: dict[str, type[StreamDBError]] = {
 }
 
 
+# Spark conditions whose words Postgres says otherwise (Spark's add advice about its own settings).
+_POSTGRES_WORDS = {"DIVIDE_BY_ZERO": "division by zero", "INTERVAL_DIVIDED_BY_ZERO": "division by zero"}
+
+# A view's row error whose text is Spark's own (ErrorFunction.java): "spark:[CONDITION] message".
+SPARK_ROW_ERROR = "spark"
+
+
+def translate_row_error(text: str) -> StreamDBError:
+    """The error of a view's row that Spark raised on (the text after SPARK_ROW_ERROR's colon)."""
+    return translate_spark_error(_RowError(text))
+
+
+class _RowError(Exception):
+    """Spark's error text from a row, as translate_spark_error reads an exception."""
+
+    def getSqlState(self) -> str | None:  # noqa: N802 - pyspark's name
+        m = re.search(r"SQLSTATE: ([0-9A-Z]{5})", str(self))
+        return m.group(1) if m else None
+
+
 def translate_spark_error(exc: BaseException) -> StreamDBError:
     """Map a pyspark/py4j exception to a StreamDBError (no Java stack trace in the message)."""
     if isinstance(exc, StreamDBError):
@@ -238,7 +260,7 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
                 text = _java_text(java_exc)
             except Exception:  # noqa: BLE001
                 pass
-    message = _clean_message(text)
+    message = _POSTGRES_WORDS.get(condition or "") or _clean_message(text)
     detail = f"Spark error condition {condition}" if condition else None
     cls: type[StreamDBError] | None = None
     if condition:
@@ -258,6 +280,9 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
     if cls is None and "Illegal sequence boundaries" in message and message.rstrip().endswith("by 0"):
         # generate_series(a, b, 0): Spark's sequence() asserts; Postgres says 22023.
         return InvalidParameterValue("step size cannot equal zero", detail=detail)
+    if cls is None and sqlstate is not None and sqlstate.startswith("22"):
+        # A data exception Spark names by its standard state (class 22 is the SQL standard's).
+        return StreamDBError(message, sqlstate=sqlstate, detail=detail)
     if cls is None:
         if condition == "UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION" or type_name == "PySparkTypeError":
             return FeatureNotSupported(message, detail=detail)

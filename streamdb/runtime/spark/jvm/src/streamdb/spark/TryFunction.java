@@ -21,21 +21,37 @@ public final class TryFunction {
 
   /** Registers sdb_try in the session's function registry (before its streaming query starts). */
   public static void register(org.apache.spark.sql.classic.SparkSession session) {
+    registerUnary(session, NAME, TryEval.class.getName(), TryEval::new);
+  }
+
+  /** A one-argument SQL function `name` whose call is the expression `make` builds. */
+  static void registerUnary(org.apache.spark.sql.classic.SparkSession session, String name, String className,
+      SerializableBuilder make) {
     session.sessionState().functionRegistry().registerFunction(
         // A temporary function's identifier, as Spark 4.3 names them: system.session.<name>.
-        FunctionIdentifier$.MODULE$.apply(NAME, scala.Option.apply("session"), scala.Option.apply("system")),
-        new ExpressionInfo(TryEval.class.getName(), NAME),
-        new Builder());
+        FunctionIdentifier$.MODULE$.apply(name, scala.Option.apply("session"), scala.Option.apply("system")),
+        new ExpressionInfo(className, name),
+        new Builder(name, make));
   }
+
+  interface SerializableBuilder extends java.util.function.Function<Expression, Expression>, java.io.Serializable {}
 
   private static final class Builder extends AbstractFunction1<Seq<Expression>, Expression>
       implements java.io.Serializable {
+    private final String name;
+    private final SerializableBuilder make;
+
+    Builder(String name, SerializableBuilder make) {
+      this.name = name;
+      this.make = make;
+    }
+
     @Override
     public Expression apply(Seq<Expression> children) {
       if (children.size() != 1) {
-        throw new IllegalArgumentException(NAME + " takes one argument");
+        throw new IllegalArgumentException(name + " takes one argument");
       }
-      return new TryEval(children.head());
+      return make.apply(children.head());
     }
   }
 }
