@@ -873,6 +873,25 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
 _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)
 
 
+def _small_integer(node: exp.Expr) -> bool:
+    """Whether PostgreSQL types `node` as an integer narrower than bigint. sqlglot types an integer
+    division (and arithmetic, a CASE or a COALESCE over one) as bigint, where PostgreSQL keeps the
+    operands' width."""
+    e = node.unnest() if isinstance(node, exp.Expression) else node
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)) and (not isinstance(e, exp.Div) or e.args.get("typed")):
+        return _small_integer(e.this) and _small_integer(e.expression)
+    if isinstance(e, (exp.Neg, exp.Nullif)):
+        return _small_integer(e.this)
+    if isinstance(e, exp.Case):
+        branches = [i.args["true"] for i in e.args.get("ifs") or []] + [d for d in [e.args.get("default")] if d]
+        return all(_small_integer(b) for b in branches)
+    if isinstance(e, exp.Coalesce):
+        return all(_small_integer(x) for x in [e.this, *e.expressions])
+    if isinstance(e, exp.Literal) and e.is_number:  # sqlglot types 3000000000 as an int too
+        return e.name.isdigit() and int(e.name) <= 2**31 - 1
+    return e.type is not None and e.type.this in _SMALL_INTS
+
+
 def _typed_copy(query: exp.Expression, inputs: tuple[RelationInput, ...], *,
                 modifiers: bool = False, expand_stars: bool = False) -> exp.Expression:
     """A copy with columns qualified and every node's type annotated (sqlglot's optimizer);
@@ -950,7 +969,7 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         i = found
         if isinstance(n, exp.Sum):
             t = n.this.type if n.this is not None else None
-            if t is not None and t.this in _SMALL_INTS:
+            if n.this is not None and _small_integer(n.this):
                 small.add(i)
             elif t is not None and t.this is exp.DataType.Type.INTERVAL:
                 nodes[i].meta["interval_sum"] = True

@@ -108,6 +108,11 @@ SELECT id, active, NOT active AS na, active AND age > 30 AS both, active OR age 
     active IS NULL AS unknown, age IS DISTINCT FROM 29 AS differs
 FROM {people};
 
+-- query: sums of integer divisions, and a division in one branch
+SELECT dept, sum(age / 7) AS weeks, sum(age % 7) AS rest, sum(-(age / 10) + 1) AS tens,
+    sum(age + 3000000000) AS big, sum(CASE WHEN age > 30 THEN 100 / (age - 29) ELSE 0 END) AS past30
+FROM {people} GROUP BY dept;
+
 -- query: dates and timestamps
 -- known: embedded, spark, view: extract() is bigint (PostgreSQL 14+: numeric)
 SELECT oid, placed::date AS day, extract(year FROM placed) AS y, extract(dow FROM placed) AS dow,
