@@ -679,16 +679,19 @@ def test_update_by_key_with_arithmetic_over_the_row_answers_as_postgresql(conn, 
 
 
 def test_concurrent_updates_of_one_row_lose_nothing(server, conn, unique):
-    """Two sessions update the same row at once: by key with constants (each its own column) and
-    through the query path with `SET n = n + 1`. Every acknowledged change is in the final row,
-    as in PostgreSQL; the view over the table agrees with its batch query."""
+    """Four sessions update the same rows at once: by key with constants (each its own column),
+    by key with `SET n = n + 1` (the table's lock is held only until the commit is queued, so the
+    next writer reads the row as the queued commits leave it) and through the query path with
+    `SET n = n + 1` (which waits for the queued commits before it reads the table). Every
+    acknowledged change is in the final rows, as in PostgreSQL; the view over the table agrees
+    with its batch query."""
     import threading
 
     t = f"cu_{unique}"
     conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b INT, n INT)")
-    conn.execute(f"INSERT INTO {t} VALUES (1, 0, 0, 0), (2, 0, 0, 0)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 0, 0, 0), (2, 0, 0, 0), (3, 0, 0, 0)")
     conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS SELECT sum(a) AS a, sum(b) AS b, sum(n) AS n FROM {t}")
-    rounds = 60
+    rounds = 40
     errors: list[BaseException] = []
 
     def worker(column: str) -> None:
@@ -697,20 +700,24 @@ def test_concurrent_updates_of_one_row_lose_nothing(server, conn, unique):
                 for i in range(1, rounds + 1):
                     c.execute(f"UPDATE {t} SET {column} = {i} WHERE id = 1")  # by key: row read under the lock
                     c.execute(f"UPDATE {t} SET n = n + 1 WHERE id + 0 = 2")  # query path: re-read under the lock
+                    c.execute(f"UPDATE {t} SET n = n + 1 WHERE id = 3")  # by key, from the queued rows
+                    c.execute(f"UPDATE {t} SET n = n + 1 WHERE id + 0 = 3")  # query path over the same row
         except BaseException as e:  # noqa: BLE001 - reported by the test thread
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(col,)) for col in ("a", "b")]
+    workers = ("a", "b", "a", "b")
+    threads = [threading.Thread(target=worker, args=(col,)) for col in workers]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     assert not errors, errors
+    n = len(workers) * rounds
     assert conn.execute(f"SELECT id, a, b, n FROM {t} ORDER BY id").fetchall() == \
-        [(1, rounds, rounds, 0), (2, 0, 0, 2 * rounds)]
+        [(1, rounds, rounds, 0), (2, 0, 0, n), (3, 0, 0, 2 * n)]
     conn.execute("FLUSH")
     assert conn.execute(f"SELECT * FROM {t}_v").fetchall() == \
-        conn.execute(f"SELECT sum(a), sum(b), sum(n) FROM {t}").fetchall() == [(rounds, rounds, 2 * rounds)]
+        conn.execute(f"SELECT sum(a), sum(b), sum(n) FROM {t}").fetchall() == [(rounds, rounds, 3 * n)]
 
 
 def test_set_operations_corresponding_match_columns_by_name(conn, unique):

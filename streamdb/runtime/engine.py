@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from streamdb.config import Settings
@@ -15,6 +17,7 @@ from streamdb.metrics import Metrics
 from streamdb.runtime import embedded
 from streamdb.runtime.api import LoginInfo
 from streamdb.runtime.catalog_store import CatalogStore
+from streamdb.runtime.queued_rows import QueuedRows
 from streamdb.runtime.reader import RelationReader
 from streamdb.runtime.views import ViewMaintainer
 from streamdb.runtime.watermarks import Watermarks
@@ -36,6 +39,7 @@ class Engine:
         self.watermarks = Watermarks(self.storage)
         self.ddl_lock = asyncio.Lock()
         self._table_locks: dict[int, asyncio.Lock] = {}
+        self._queued_rows: dict[int, QueuedRows] = {}
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.sessions: dict[int, object] = {}
         self.views = ViewMaintainer(self)
@@ -96,11 +100,27 @@ class Engine:
         root.mkdir(parents=True, exist_ok=True)
         return root.resolve()
 
-    def table_lock(self, rel_id: int) -> asyncio.Lock:
+    def table_lock(self, rel_id: int, *, queued_ok: bool = False) -> contextlib.AbstractAsyncContextManager[None]:
+        """The table's write lock. Taken, it waits for the table's queued commits (QueuedRows) to
+        be durable, as its holder reads the store; `queued_ok`: the holder reads them from
+        `queued_rows` instead (a write by primary key)."""
         lock = self._table_locks.get(rel_id)
         if lock is None:
             lock = self._table_locks[rel_id] = asyncio.Lock()
-        return lock
+        return lock if queued_ok else self._drained(lock, self.queued_rows(rel_id))
+
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def _drained(lock: asyncio.Lock, queued: QueuedRows) -> AsyncIterator[None]:
+        async with lock:
+            await queued.drain()
+            yield
+
+    def queued_rows(self, rel_id: int) -> QueuedRows:
+        queued = self._queued_rows.get(rel_id)
+        if queued is None:
+            queued = self._queued_rows[rel_id] = QueuedRows()
+        return queued
 
     def notify_write(self, rel_id: int) -> None:
         """A relation changed: views over it have work to do."""

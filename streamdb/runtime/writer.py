@@ -356,13 +356,15 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
     `assignments` give a row's new version from the row as it is under the lock (an UPDATE's
     SET), so concurrent UPDATEs of one row never lose each other's changes. `lock_held`: the
     caller holds the table's lock already (it computed `updates` under it)."""
+    rows = len(upserts) + len(updates) + len(deletes) + len(assignments)
+    if not lock_held and extra is None and rows < OFF_LOOP_ROWS and engine.storage.writes_in_order:
+        return await _queue_table_changes(engine, rel, upserts, updates, deletes, assignments)
     async with contextlib.nullcontext() if lock_held else engine.table_lock(rel.id):
-        rows = len(upserts) + len(updates) + len(deletes) + len(assignments)
         if rows < OFF_LOOP_ROWS and extra is None:
-            commit, affected = _table_changes(engine, rel, upserts, updates, deletes, assignments)
+            commit, affected, _ = _table_changes(engine, rel, upserts, updates, deletes, assignments)
         else:  # a bulk write (COPY into a table, say: ~10 us a row) or a source's batch: off the loop
-            commit, affected = await asyncio.to_thread(_table_changes, engine, rel, upserts, updates, deletes,
-                                                       assignments)
+            commit, affected, _ = await asyncio.to_thread(_table_changes, engine, rel, upserts, updates, deletes,
+                                                          assignments)
         if extra is not None:
             commit = commit or Commit()
             commit.appends.extend(extra.appends)
@@ -375,12 +377,36 @@ async def apply_table_changes(engine: Engine, rel: RelationDef, *, upserts: list
     return affected
 
 
+async def _queue_table_changes(engine: Engine, rel: RelationDef, upserts: list[tuple[Any, ...]],
+                               updates: list[tuple[bytes, tuple[Any, ...]]], deletes: list[bytes],
+                               assignments: list[tuple[bytes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]],
+                               ) -> int:
+    """A few rows' changes (a write by primary key): the table's lock is held only while the
+    change is computed over the rows as the commits queued before leave them and the commit is
+    queued behind them, so concurrent writers of one table share a group commit."""
+    queued = engine.queued_rows(rel.id)
+    async with engine.table_lock(rel.id, queued_ok=True):
+        commit, affected, written = _table_changes(engine, rel, upserts, updates, deletes, assignments,
+                                                   queued.rows())
+        if commit is None:
+            return affected
+        done = engine.storage.submit_in_order(commit)
+        queued.queued(written, done, asyncio.get_running_loop())
+    # Shielded: cancelling this statement must not withdraw a commit later ones build on.
+    await asyncio.shield(asyncio.wrap_future(done))
+    engine.metrics.committed(commit)
+    engine.notify_write(rel.id)
+    return affected
+
+
 def _table_changes(engine: Engine, rel: RelationDef, upserts: list[tuple[Any, ...]],
                    updates: list[tuple[bytes, tuple[Any, ...]]], deletes: list[bytes],
                    assignments: list[tuple[bytes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]],
-                   ) -> tuple[Commit | None, int]:
-    """The commit of `apply_table_changes` (None: nothing changes) and the rows affected, computed
-    against the table's stored rows (the caller holds the table's lock)."""
+                   queued: dict[bytes, tuple[Any, ...] | None] | None = None,
+                   ) -> tuple[Commit | None, int, dict[bytes, tuple[Any, ...] | None]]:
+    """The commit of `apply_table_changes` (None: nothing changes), the rows affected and the
+    rows it writes (key -> row, None where deleted), computed against the table's stored rows
+    as the `queued` commits leave them (the caller holds the table's lock)."""
     store = state_store(rel.id)
     pk_idx = [rel.column_names().index(k) for k in rel.primary_key]
 
@@ -388,7 +414,7 @@ def _table_changes(engine: Engine, rel: RelationDef, upserts: list[tuple[Any, ..
         return C.key_of(tuple(row[i] for i in pk_idx)) if pk_idx else b"r" + uuid.uuid4().bytes
 
     now = _now()
-    state: dict[bytes, tuple[Any, ...] | None] = {}  # pending view of the state
+    state: dict[bytes, tuple[Any, ...] | None] = dict(queued or {})  # pending view of the state
     dirty: set[bytes] = set()
     upsert_keys = [key_for(row) for row in upserts]
     with engine.storage.snapshot() as snap:
@@ -452,7 +478,7 @@ def _table_changes(engine: Engine, rel: RelationDef, upserts: list[tuple[Any, ..
             dirty.add(key)
             affected += 1
     if not changes:
-        return None, affected
+        return None, affected, {}
     commit = Commit()
     by_partition: dict[int, list[tuple[tuple[Any, ...], int, bytes]]] = defaultdict(list)
     for ch in changes:
@@ -467,4 +493,4 @@ def _table_changes(engine: Engine, rel: RelationDef, upserts: list[tuple[Any, ..
             commit.deletes.append((store, key))
         else:
             commit.puts.append((store, key, C.encode_state_row(current_row, now)))
-    return commit, affected
+    return commit, affected, {key: state[key] for key in dirty}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -132,6 +133,15 @@ class Storage(ABC):
     @abstractmethod
     async def commit_async(self, commit: Commit) -> CommitResult:
         """Same as ``commit`` without blocking the event loop."""
+
+    # Whether submit_in_order is there: commits written in the order they are queued.
+    writes_in_order = False
+
+    def submit_in_order(self, commit: Commit) -> Future[CommitResult]:
+        """Queue ``commit`` behind every commit queued before it and return its completion (where
+        ``writes_in_order``). A failed write fails every commit queued after it too, so a commit
+        computed over an earlier one's rows is never written without it."""
+        raise NotImplementedError
 
     @abstractmethod
     def snapshot(self) -> Snapshot:

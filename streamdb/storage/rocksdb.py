@@ -384,6 +384,15 @@ class RocksDBStorage(Storage):
         # once taken it completes regardless.
         return await asyncio.wrap_future(self._submit(commit))
 
+    writes_in_order = True
+
+    def submit_in_order(self, commit: Commit) -> Future[CommitResult]:
+        # One writer thread takes the queue in order. A failed write leaves the handle refusing
+        # every later one (_write_batch), so what was queued after it fails too; a commit that
+        # could fail on its own (malformed) is refused here, by validate_commit. The caller must
+        # not cancel the future (asyncio.shield): a later commit may build on this one's rows.
+        return self._submit(commit)
+
     def snapshot(self) -> RocksDBSnapshot:
         with self._lock:
             if self._closed:
