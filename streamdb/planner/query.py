@@ -878,6 +878,8 @@ def _small_integer(node: exp.Expr) -> bool:
     division (and arithmetic, a CASE or a COALESCE over one) as bigint, where PostgreSQL keeps the
     operands' width."""
     e = node.unnest() if isinstance(node, exp.Expression) else node
+    if isinstance(e, exp.Sub) and _is_date(e.this) and _is_date(e.expression):
+        return True  # a number of days, an integer (cast so by _mark_from_types)
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)) and (not isinstance(e, exp.Div) or e.args.get("typed")):
         return _small_integer(e.this) and _small_integer(e.expression)
     if isinstance(e, (exp.Neg, exp.Nullif)):
@@ -949,10 +951,11 @@ def _is_numeric_percentile(node: exp.Expr) -> bool:
 def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -> None:
     """Where the engines must be told what PostgreSQL's types decide, found on one typed copy:
     sum() of smallint or integer is bigint (the embedded engine would give a 128-bit integer,
-    numeric to clients), so it is cast; sum(interval) (meta `interval_sum`, for
-    _duckdb_interval_sums), round(x) and integer casts of doubles (meta `float_round`) and
-    percentile_cont of numbers (meta `double_percentile`) are marked for each engine's copy."""
-    nodes = list(query.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup))
+    numeric to clients) and date - date an integer (a bigint in both engines), so they are cast;
+    sum(interval) (meta `interval_sum`, for _duckdb_interval_sums), round(x) and integer casts of
+    doubles (meta `float_round`) and percentile_cont of numbers (meta `double_percentile`) are
+    marked for each engine's copy."""
+    nodes = list(query.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub))
     if not nodes:
         return
     for i, n in enumerate(nodes):
@@ -961,26 +964,30 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         typed = _typed_copy(query, inputs)
     except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engines' own types
         return
-    small: set[int] = set()
-    for n in typed.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup):
+    casts: list[tuple[exp.Expr, str]] = []
+    for n in typed.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub):
         found = n.meta.get("typed_id")
         if not isinstance(found, int):
             continue
-        i = found
-        if isinstance(n, exp.Sum):
+        node = nodes[found]
+        if isinstance(n, exp.Sub):
+            if _is_date(n.this) and _is_date(n.expression):
+                casts.append((node, "INT"))
+        elif isinstance(n, exp.Sum):
             t = n.this.type if n.this is not None else None
             if n.this is not None and _small_integer(n.this):
-                small.add(i)
+                casts.append((node.parent if isinstance(node.parent, exp.Window) else node, "BIGINT"))
             elif t is not None and t.this is exp.DataType.Type.INTERVAL:
-                nodes[i].meta["interval_sum"] = True
+                node.meta["interval_sum"] = True
         elif _rounds_a_float(n):
-            nodes[i].meta["float_round"] = True
+            node.meta["float_round"] = True
         elif _is_numeric_percentile(n):
-            nodes[i].meta["double_percentile"] = True
-    for i in sorted(small):
-        node = nodes[i]
-        target = node.parent if isinstance(node.parent, exp.Window) else node
-        target.replace(exp.Cast(this=target.copy(), to=exp.DataType.build("BIGINT")))
+            node.meta["double_percentile"] = True
+    for node, type_name in casts:
+        # Wrapped in place, so a node marked inside another keeps its place in the query.
+        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
+        node.replace(cast)
+        cast.set("this", node)
 
 
 def _duckdb_float_rounds(query: exp.Expression) -> exp.Expression:

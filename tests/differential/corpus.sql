@@ -121,8 +121,8 @@ SELECT oid, placed::date AS day, extract(year FROM placed) AS y, extract(dow FRO
 FROM {orders};
 
 -- query: date arithmetic
--- known: embedded, spark, view: date - date and extract() are bigint (PostgreSQL: integer and numeric)
-SELECT id, hired + 30 AS later, hired - date '2000-01-01' AS days_since, extract(month FROM hired) AS m
+SELECT id, hired + 30 AS later, hired - date '2000-01-01' AS days_since, hired - hired AS zero,
+    sum(hired - date '2000-01-01') OVER (ORDER BY id) AS running
 FROM {people};
 
 -- query: filters with NULLs
