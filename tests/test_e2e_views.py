@@ -480,10 +480,8 @@ def test_a_function_that_raises_on_a_row_fails_its_view_alone_and_heals(server, 
                plain: f"SELECT id, n * 2 AS m FROM {t}"}  # one pipeline (depth 0)
     with _views_to_fail(server, conn, f"{t} (id INT PRIMARY KEY, n INT, s TEXT)", "(1, 5, 'a')", queries):
         conn.execute(f"INSERT INTO {t} VALUES (2, 13, '(')")
-        with pytest.raises(psycopg.errors.DatetimeFieldOverflow, match="date field value out of range"):
-            conn.execute(f"FLUSH {dates}")
-        with pytest.raises(psycopg.errors.InvalidRegularExpression, match="invalid regular expression"):
-            conn.execute(f"FLUSH {pattern}")
+        _each_fails(conn, [(f"FLUSH {dates}", psycopg.errors.DatetimeFieldOverflow, "date field value out of range"),
+                           (f"FLUSH {pattern}", psycopg.errors.InvalidRegularExpression, "invalid regular expression")])
         conn.execute(f"FLUSH {plain}")
         assert sorted(conn.execute(f"SELECT * FROM {plain}").fetchall()) == [(1, 10), (2, 26)]
         status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
@@ -539,6 +537,62 @@ def test_an_error_in_one_branch_fails_its_view_alone_and_heals(server, conn, uni
         conn.execute("FLUSH")
         check_views(conn, queries)
         assert sorted(conn.execute(f"SELECT * FROM {total}").fetchall()) == [("r", 5), ("x", 2)]
+
+
+def test_math_outside_its_domain_is_postgresqls_error_ad_hoc_and_in_views(server, conn, postgres_server, unique):
+    """sqrt of a negative number, the logarithm of zero or of a negative number, zero to a negative
+    power and a negative number to a fraction are errors in PostgreSQL (2201F, 2201E). Before, the
+    embedded engine gave NaN or -Infinity, Spark NaN or NULL, and a view stored them; Spark's log(x)
+    was the natural logarithm. Now both engines answer as PostgreSQL 15 does (rows, SQLSTATE and
+    message), and a view fails with the error until the row is gone."""
+    t = f"md_{unique}"
+    good = "(1, 4.0, 2.0), (2, 100.0, 0.5), (3, NULL, 3.0), (6, 0.001, 0.0)"
+    statements = [f"SELECT id, sqrt(x), ln(x), log(x), power(x, y), power(x, 2), log(10, 1000.0) FROM {t} ORDER BY id",
+                  f"SELECT id, sqrt(x) FROM {t} ORDER BY id",
+                  f"SELECT ln(x) FROM {t} WHERE id = 5", f"SELECT log(x) FROM {t} WHERE id = 4",
+                  f"SELECT power(x, y) FROM {t} WHERE id = 5", f"SELECT power(x, y) FROM {t} WHERE id = 4",
+                  "SELECT sqrt(-4.0::float8)", "SELECT ln(0::float8)"]
+
+    def answer(c, sql: str) -> tuple:
+        try:
+            return ("rows", c.execute(sql).fetchall())
+        except psycopg.Error as e:
+            return ("error", e.sqlstate, e.diag.message_primary)
+
+    roots, logs, powers, plain = (f"md_{n}_{unique}" for n in ("sqrt", "ln", "pow", "plain"))
+    queries = {roots: f"SELECT id, sqrt(x) AS r FROM {t}", logs: f"SELECT id, ln(x) AS l FROM {t} WHERE id <> 4",
+               powers: f"SELECT id, power(x, y) AS p FROM {t}", plain: f"SELECT id, x * 2 AS d FROM {t}"}
+    with psycopg.connect(postgres_server, autocommit=True) as pg, \
+            _views_to_fail(server, conn, f"{t} (id INT PRIMARY KEY, x DOUBLE PRECISION, y DOUBLE PRECISION)", good,
+                           queries):
+        pg.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, x DOUBLE PRECISION, y DOUBLE PRECISION)")
+        try:
+            bad = "(4, -1.0, 0.5), (5, 0.0, -1.0)"
+            for c in (conn, pg):
+                c.execute(f"INSERT INTO {t} VALUES {good}, {bad}")
+            for threshold in ("1000000", "0"):  # the embedded engine, then Spark
+                conn.execute(f"SET streamdb.spark_read_threshold_rows = {threshold}")
+                for sql in statements:
+                    assert answer(conn, sql) == answer(pg, sql), (threshold, sql)
+            conn.execute("RESET streamdb.spark_read_threshold_rows")
+            _each_fails(conn, [
+                (f"FLUSH {roots}", psycopg.errors.InvalidArgumentForPowerFunction, "square root of a negative number"),
+                (f"FLUSH {logs}", psycopg.errors.InvalidArgumentForLogarithm, "cannot take logarithm of zero"),
+                (f"SELECT * FROM {powers}", psycopg.errors.InvalidArgumentForPowerFunction, "complex result|negative power")])
+            conn.execute(f"FLUSH {plain}")
+            conn.execute(f"DELETE FROM {t} WHERE id IN (4, 5)")
+            check_views(conn, queries)
+            assert sorted(conn.execute(f"SELECT * FROM {roots}").fetchall(), key=repr) == sorted(
+                [(1, 2.0), (2, 10.0), (3, None), (6, math.sqrt(0.001))], key=repr)
+        finally:
+            pg.execute(f"DROP TABLE {t}")
+
+
+def _each_fails(conn, expected: list[tuple[str, type[psycopg.Error], str]]) -> None:
+    """Each statement fails with its error class and a message matching its pattern."""
+    for statement, error, pattern in expected:
+        with pytest.raises(error, match=pattern):
+            conn.execute(statement)
 
 
 @contextlib.contextmanager

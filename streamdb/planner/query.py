@@ -824,6 +824,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     refuse_casts_postgresql_lacks(query, inputs)
     refuse_comparisons_postgresql_lacks(query, inputs)
     _mark_from_types(query, inputs)
+    _math_domain_errors(query)
 
     def column_type(col: exp.Column) -> T.SqlType | None:
         name = normalize(col.this) if isinstance(col.this, exp.Identifier) else ""
@@ -868,6 +869,56 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
                      columns=columns,
                      param_types=param_types, resolved_source=partial(query.sql, dialect="streamdb"),
                      lookup=point_lookup(query, inputs, param_types, ctx), views=views, functions=functions)
+
+
+# sdb_raise('SQLSTATE:message') raises PostgreSQL's error from SQL: error() in the embedded
+# engine (a macro), raise_error() on Spark (spark_semantics); both engines' error translation and
+# a view's row errors read the SQLSTATE back from the message.
+RAISE_FUNCTION = "sdb_raise"
+
+
+def raise_call(sqlstate: str, message: str) -> exp.Expression:
+    return exp.Anonymous(this=RAISE_FUNCTION, expressions=[exp.Literal.string(f"{sqlstate}:{message}")])
+
+
+def _math_domain_errors(query: exp.Expression) -> None:
+    """sqrt, ln, log and power of arguments outside their domain are errors in PostgreSQL (2201E,
+    2201F; a logarithm to base 1 divides by zero), where the engines give NaN, infinity or NULL:
+    each call checks its arguments first. Mutates `query`."""
+    zero, negative = "cannot take logarithm of zero", "cannot take logarithm of a negative number"
+
+    def below(x: exp.Expression, bound: int = 0) -> exp.Expression:
+        return exp.LT(this=x.copy(), expression=exp.Literal.number(bound))
+
+    def equal(x: exp.Expression, value: int) -> exp.Expression:
+        return exp.EQ(this=x.copy(), expression=exp.Literal.number(value))
+
+    def positive_literal(x: exp.Expression) -> bool:
+        return isinstance(x, exp.Literal) and x.is_number and float(x.name) > 0
+
+    for node in list(query.find_all(exp.Sqrt, exp.Ln, exp.Log, exp.Pow)):
+        checks: list[tuple[exp.Expr, str, str]] = []
+        if isinstance(node, exp.Sqrt) and not positive_literal(node.this):
+            checks.append((below(node.this), "2201F", "cannot take square root of a negative number"))
+        elif isinstance(node, (exp.Ln, exp.Log)):
+            operands = [node.this, *([node.expression] if node.expression is not None else [])]
+            for x in operands:
+                if not positive_literal(x):
+                    checks += [(equal(x, 0), "2201E", zero), (below(x), "2201E", negative)]
+            if node.expression is not None and not positive_literal(node.this):
+                checks.append((equal(node.this, 1), "22012", "division by zero"))
+        elif isinstance(node, exp.Pow):
+            x, y = node.this, node.expression
+            y_number = isinstance(y, exp.Literal) and y.is_number
+            if not (y_number and float(y.name) >= 0) and not positive_literal(x):
+                checks.append((exp.and_(equal(x, 0), below(y)), "2201F", "zero raised to a negative power is undefined"))
+            if not (y_number and float(y.name).is_integer()) and not positive_literal(x):
+                checks.append((exp.and_(below(x), exp.NEQ(this=y.copy(), expression=exp.Floor(this=y.copy()))), "2201F",
+                               "a negative number raised to a non-integer power yields a complex result"))
+        if checks:
+            guarded = exp.Case(ifs=[exp.If(this=cond, true=raise_call(state, message)) for cond, state, message in checks],
+                               default=node.copy())
+            node.replace(guarded)
 
 
 _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)
@@ -1479,8 +1530,22 @@ def _spark_array_subscripts(query: exp.Expression) -> exp.Expression:
     return query.transform(subscript, copy=False)
 
 
+def _spark_raises_and_logs(query: exp.Expression) -> exp.Expression:
+    """sdb_raise is Spark's raise_error; PostgreSQL's log(x) is base 10 (Spark's is natural),
+    and log(10, x) on Spark is log10(x), which is exact for powers of 10."""
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.lower() == RAISE_FUNCTION:
+            return exp.Anonymous(this="raise_error", expressions=node.expressions)
+        if isinstance(node, exp.Log) and (node.expression is None or (
+                isinstance(node.this, exp.Literal) and node.this.is_number and float(node.this.name) == 10)):
+            return exp.Anonymous(this="log10", expressions=[node.this if node.expression is None else node.expression])
+        return node
+
+    return query.transform(fix)
+
+
 _SPARK_REWRITES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
-    _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
+    _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
     _spark_series_tables, _spark_distinct_on_order, spark_float_rounds, _spark_epochs, _spark_array_aggs,
     _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts,
 )

@@ -44,6 +44,8 @@ def macro_definitions() -> list[str]:
     start = _START_TIME.strftime("%Y-%m-%d %H:%M:%S.%f+00")
     return [
         f"CREATE OR REPLACE MACRO sdb_format_type(o, m) AS ({_format_type_sql()})",
+        # planner/query.raise_call: PostgreSQL's error, 'SQLSTATE:message' (embedded.translate_error).
+        "CREATE OR REPLACE MACRO sdb_raise(m) AS error(m)",
         "CREATE OR REPLACE MACRO sdb_pg_encoding_to_char(e) AS (CASE WHEN e IS NULL THEN NULL "
         "WHEN e = 6 THEN 'UTF8' WHEN e = 0 THEN 'SQL_ASCII' ELSE '' END)",
         "CREATE OR REPLACE MACRO sdb_pg_size_pretty(b) AS (CASE WHEN b IS NULL THEN NULL "

@@ -45,7 +45,7 @@ from streamdb import udf
 from streamdb.catalog import RelationDef
 from streamdb.errors import FeatureNotSupported, InternalError, StreamDBError
 from streamdb.planner import dataflow as D
-from streamdb.planner.query import spark_semantics
+from streamdb.planner.query import RAISE_FUNCTION, spark_semantics
 from streamdb.runtime.spark import log_source
 from streamdb.runtime.spark.log_source import BASE_FIELDS, SEED_RELATION, column_name
 from streamdb.runtime.spark.session import SPARK_ROW_ERROR
@@ -957,7 +957,8 @@ def _overflow_type(node: exp.Expr) -> str | None:
 def _may_raise(node: exp.Expr) -> bool:
     """Whether Spark may raise on some row's values in `node` itself (its operands aside)."""
     return (isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) or (isinstance(node, exp.Cast) and _may_fail_cast(node))
-            or _raising_failure(node) is not None or _overflow_type(node) is not None)
+            or _raising_failure(node) is not None or _overflow_type(node) is not None
+            or (isinstance(node, exp.Anonymous) and node.name.lower() == RAISE_FUNCTION))
 
 
 def _guarded(e: exp.Expression) -> list[exp.Expression]:
