@@ -196,3 +196,46 @@ def test_a_read_racing_a_drop_answers_the_rows_or_that_the_relation_is_gone(serv
         assert conn.execute("SELECT 1").fetchall() == [(1,)]
         if kind == "MATERIALIZED VIEW":
             conn.execute(f"DROP TABLE {name}_t")
+
+
+def test_a_read_planned_before_a_replace_swaps_reads_the_old_rows(server):
+    """CREATE OR REPLACE keeps the old view's rows a few seconds after the swap, for reads planned
+    just before it. Such a read failed anyway with 42P01 "was dropped while the query ran" (the
+    catalog it looked the relation up in no longer had the old view); seen intermittently in
+    test_replacing_a_view_keeps_it_readable_then_swaps. The failpoint makes every read of the
+    view pause 1 s after it is planned, before it looks the view up; two readers keep one paused
+    at almost any moment, so the swap lands inside a paused read."""
+    name = f"failpoint_planned_pause_swap_{int(time.time() * 1000)}"
+    with server.connect() as conn:
+        conn.execute(f"CREATE TABLE {name}_t (id INT PRIMARY KEY, v INT)")
+        conn.execute(f"INSERT INTO {name}_t VALUES (1, 10), (2, 20)")
+        conn.execute(f"CREATE MATERIALIZED VIEW {name} AS SELECT id, v FROM {name}_t")
+        conn.execute(f"FLUSH {name}")
+        old, new = [(1, 10), (2, 20)], [(1, 10, 20), (2, 20, 40)]
+        seen: list[list[tuple]] = []
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def read(delay: float) -> None:
+            time.sleep(delay)
+            with server.connect() as reader, psycopg.ClientCursor(reader) as cur:
+                while not stop.is_set():
+                    try:
+                        seen.append(sorted(cur.execute(f"SELECT * FROM {name}").fetchall()))
+                    except psycopg.Error as e:
+                        failures.append(str(e))
+
+        readers = [threading.Thread(target=read, args=(delay,)) for delay in (0.0, 0.5)]
+        for r in readers:
+            r.start()
+        try:
+            conn.execute(f"CREATE OR REPLACE MATERIALIZED VIEW {name} AS SELECT id, v, v * 2 AS w FROM {name}_t")
+            time.sleep(1.5)  # the reads straddling the swap finish
+        finally:
+            stop.set()
+            for r in readers:
+                r.join(30)
+        assert failures == []
+        assert seen and all(rows in (old, new) for rows in seen), seen
+        assert seen[-1] == new
+        conn.execute(f"DROP TABLE {name}_t CASCADE")

@@ -63,10 +63,23 @@ class CatalogStore:
         meta = json.loads(meta_raw) if meta_raw else {"next_id": 1, "version": 0, "format": FORMAT_VERSION}
         self._next_id: int = meta["next_id"]
         self._snapshot = CatalogSnapshot(meta["version"], relations, objects, roles)
+        self._replaced: dict[int, RelationDef] = {}
         _define_functions(self._snapshot)
 
     def snapshot(self) -> CatalogSnapshot:
         return self._snapshot
+
+    # A replaced view's definition, kept while its rows stay for its grace period: a read planned
+    # just before the swap still names it, and reads its rows (create_relation.drop_pending).
+    def keep_replaced(self, rel: RelationDef) -> None:
+        self._replaced[rel.id] = rel
+
+    def forget_replaced(self, rel_id: int) -> None:
+        self._replaced.pop(rel_id, None)
+
+    def by_id(self, rel_id: int) -> RelationDef | None:
+        """A relation of the current catalog, or a replaced view still in its grace period."""
+        return self._snapshot.by_id(rel_id) or self._replaced.get(rel_id)
 
     def _meta_put(self, version: int, next_id: int) -> tuple[str, bytes, bytes]:
         meta = {"next_id": next_id, "version": version, "format": FORMAT_VERSION}

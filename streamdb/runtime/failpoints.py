@@ -6,7 +6,8 @@ Materialize's failpoints): all off unless $STREAMDB_TEST_FAILPOINTS names them, 
   and mend it by deleting the row.
 - `read-pause`: a read of a relation whose name contains READ_PAUSE_MARKER pauses 1 s between
   taking the catalog it was planned with and the storage snapshot it reads, so a test can drop
-  the relation in between."""
+  the relation in between; one whose name contains PLANNED_PAUSE_MARKER pauses 1 s after it is
+  planned, before it looks its relations up, so a test can replace a view in between."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from streamdb.errors import InternalError
 ENABLED = frozenset(filter(None, os.environ.get("STREAMDB_TEST_FAILPOINTS", "").split(",")))
 VIEW_COMMIT_MARKER = "streamdb-failpoint:view-commit"
 READ_PAUSE_MARKER = "failpoint_read_pause"
+PLANNED_PAUSE_MARKER = "failpoint_planned_pause"
 
 
 def view_commit(view_name: str, table: pa.Table | None) -> None:
@@ -33,7 +35,7 @@ def view_commit(view_name: str, table: pa.Table | None) -> None:
                 raise InternalError(f'failpoint view-commit: view "{view_name}" met its marker')
 
 
-def read_pause(relation_name: str) -> None:
-    """Pause a read (1 s) before its storage snapshot, if the failpoint is on and the name has its marker."""
-    if "read-pause" in ENABLED and READ_PAUSE_MARKER in relation_name:
+def read_pause(relation_name: str, marker: str = READ_PAUSE_MARKER) -> None:
+    """Pause a read (1 s) where it calls this, if the failpoint is on and the name has `marker`."""
+    if "read-pause" in ENABLED and marker in relation_name:
         time.sleep(1.0)

@@ -29,15 +29,20 @@ log = logging.getLogger("streamdb.query")
 
 
 def gather_inputs(engine: Engine, plan: QueryPlan, session: SessionInfo) -> dict[str, pa.Table]:
+    if failpoints.ENABLED:
+        for inp in plan.inputs:
+            if inp.relation_id is not None and (rel := engine.catalog.by_id(inp.relation_id)) is not None:
+                failpoints.read_pause(rel.name, failpoints.PLANNED_PAUSE_MARKER)
     catalog = engine.catalog.snapshot()
     tables: dict[str, pa.Table] = {}
     for inp in plan.inputs:
-        if inp.relation_id is not None and (rel := catalog.by_id(inp.relation_id)) is not None:
+        if inp.relation_id is not None and (rel := engine.catalog.by_id(inp.relation_id)) is not None:
             failpoints.read_pause(rel.name)
     with engine.storage.snapshot() as snap:
         for inp in plan.inputs:
             if inp.relation_id is not None:
-                rel = catalog.by_id(inp.relation_id)
+                # Planned before a CREATE OR REPLACE swapped the view: the old one's rows, while kept.
+                rel = engine.catalog.by_id(inp.relation_id)
                 # A DROP that committed after the catalog above was taken has removed the data
                 # from this snapshot: say so, rather than read it as empty.
                 if rel is None or not stored_in(snap, rel):
@@ -103,7 +108,7 @@ def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[A
     index is current (then it costs microseconds, fit for the event loop)."""
     lookup = plan.lookup
     assert lookup is not None
-    rel = engine.catalog.snapshot().by_id(lookup.relation_id)
+    rel = engine.catalog.by_id(lookup.relation_id)
     if rel is None:
         raise UndefinedTable(f"relation {lookup.relation_id} was dropped while the query ran")
     if build:

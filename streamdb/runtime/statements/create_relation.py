@@ -147,6 +147,7 @@ async def _replace_view(ctx: ExecContext, rel: RelationDef, tag: str) -> Executi
         # (dropped at once, it would read an empty view). A restart drops what is still pending.
         commit.drop_relations.remove(current.id)
         commit.puts.append((META, pending_drop_key(current.id), b""))
+        engine.catalog.keep_replaced(current)
         await engine.storage.commit_async(commit)
         engine.catalog.applied(snapshot)
     asyncio.get_running_loop().call_later(REPLACED_VIEW_GRACE_SECONDS, lambda: background(
@@ -174,6 +175,7 @@ async def drop_pending(engine: Any, rel_ids: list[int]) -> None:
     await engine.storage.commit_async(commit)
     for rel_id in rel_ids:
         engine.reader.forget(rel_id)
+        engine.catalog.forget_replaced(rel_id)
 
 
 async def _commit_and_apply(engine: Any, commit: Any, snapshot: Any) -> None:
