@@ -41,6 +41,8 @@ def test_series_tables_and_similar_to_on_spark():
     out = spark("SELECT x FROM generate_series(5, 1) AS t(x)")
     assert "EXPLODE(IF(" in out and "SEQUENCE(5, 1)" in out and "AS `t`" in out
     assert "RLIKE '^(?:K(e|a)n)$'" in spark("SELECT 1 FROM t WHERE n SIMILAR TO 'K(e|a)n'")
+    # Over an earlier FROM item's column: Spark resolves it only in a LATERAL subquery.
+    assert ", LATERAL (SELECT EXPLODE(" in spark("SELECT x FROM t, generate_series(1, t.n) AS s(x)")
 
 
 def test_embedded_sql_keeps_nulls_last_after_desc():

@@ -754,6 +754,8 @@ def postgres_column_name(node: exp.Expression) -> str:
         return "?column?"  # an operator (->, ->>), not a function
     if isinstance(node, exp.Count):
         return "count"
+    if isinstance(node, (exp.ExplodingGenerateSeries, exp.GenerateSeries)):
+        return "generate_series"
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower()
     if isinstance(node, exp.Func):
@@ -808,6 +810,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     views = tuple(dict.fromkeys(_inline_views(query, ctx, mode)))
     functions = resolve_calls(query, ctx)
     resolver = _Resolver(ctx, mode)
+    _integer_series_tables(query)
     star_by_alias = _resolve_tables(query, resolver)
     _rewrite_natural_joins(query, star_by_alias)
     _expand_stars(query, star_by_alias)
@@ -919,6 +922,31 @@ def _math_domain_errors(query: exp.Expression) -> None:
             guarded = exp.Case(ifs=[exp.If(this=cond, true=raise_call(state, message)) for cond, state, message in checks],
                                default=node.copy())
             node.replace(guarded)
+
+
+def _integer_series_tables(query: exp.Expression) -> None:
+    """`FROM generate_series(a, b [, step]) [AS t[(x)]]` over integer literals as a subquery naming
+    its column as PostgreSQL does (x, else t, else generate_series) with PostgreSQL's type: an
+    integer where every argument is one (both engines' series are bigint). Mutates `query`."""
+    for table in list(query.find_all(exp.Table)):
+        series = table.this
+        alias = table.args.get("alias")
+        columns = alias.args.get("columns") if alias is not None else None
+        if not isinstance(series, (exp.ExplodingGenerateSeries, exp.GenerateSeries)) or table.args.get("ordinality") \
+                or (columns and len(columns) > 1):
+            continue
+        args = [a for a in (series.args.get("start"), series.args.get("end"), series.args.get("step")) if a is not None]
+        if not all(isinstance(a.unnest(), exp.Literal) or isinstance(a, exp.Neg) and isinstance(a.this, exp.Literal)
+                   for a in args):
+            continue  # over another table's columns (lateral): left as it is
+        table_name = alias.this.copy() if alias is not None and alias.this else exp.to_identifier("generate_series")
+        column = columns[0].copy() if columns else table_name.copy()
+        value: exp.Expression = exp.column(column.copy())
+        if all(_small_integer(a) for a in args):
+            value = exp.Cast(this=value, to=exp.DataType.build("INT"))
+        inner = exp.Table(this=series.copy(), alias=exp.TableAlias(this=table_name.copy(), columns=[column.copy()]))
+        select = exp.select(exp.alias_(value, column.copy())).from_(inner)
+        table.replace(exp.Subquery(this=select, alias=exp.TableAlias(this=table_name)))
 
 
 _SMALL_INTS = (exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT)
@@ -1213,8 +1241,9 @@ def _spark_timestamptz_text(query: exp.Expression) -> exp.Expression:
 
 def _spark_series_tables(query: exp.Expression) -> exp.Expression:
     """`FROM generate_series(a, b [, step]) AS t(x)` as a subquery exploding Spark's sequence
-    (sqlglot wrote a call Spark cannot resolve). PostgreSQL gives no rows where the step points
-    away from the end (Spark's sequence would count down, or fail)."""
+    (sqlglot wrote a call Spark cannot resolve), LATERAL where its arguments read an earlier FROM
+    item's columns. PostgreSQL gives no rows where the step points away from the end (Spark's
+    sequence would count down, or fail)."""
     for table in list(query.find_all(exp.Table)):
         series = table.this
         if not isinstance(series, (exp.ExplodingGenerateSeries, exp.GenerateSeries)):
@@ -1237,7 +1266,11 @@ def _spark_series_tables(query: exp.Expression) -> exp.Expression:
                                      exp.LT(this=start.copy(), expression=end.copy())))
             values = exp.If(this=empty, true=exp.Array(expressions=[]), false=values)
         select = exp.select(exp.alias_(exp.Explode(this=values), column, quoted=True))
-        table.replace(exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
+        alias = exp.TableAlias(this=exp.to_identifier(name, quoted=True))
+        if any(a.find(exp.Column) for a in args):  # over an earlier FROM item's columns: LATERAL, as Spark spells it
+            table.replace(exp.Lateral(this=exp.Subquery(this=select), alias=alias))
+        else:
+            table.replace(exp.Subquery(this=select, alias=alias))
     return query
 
 

@@ -283,8 +283,11 @@ SELECT dept, stddev_samp(age) AS sd, var_pop(age) AS vp FROM {people} GROUP BY d
 SELECT dept, array_agg(id ORDER BY id) AS ids FROM {people} GROUP BY dept;
 
 -- query: generate_series join
--- known: embedded, spark, view: generate_series of integers is bigint (PostgreSQL: integer)
 SELECT g, count(o.oid) AS n FROM generate_series(0, 10) AS g LEFT JOIN {orders} o ON o.qty = g GROUP BY g;
+
+-- query: generate_series without an alias, and beside a table
+-- ordered
+SELECT * FROM generate_series(-2, 4, 3), {depts} ORDER BY 1, dept;
 
 -- query: VALUES list
 SELECT v.k, v.label, d.floor FROM (VALUES ('eng', 'E'), ('ops', 'O'), ('none', 'N')) AS v(k, label)
