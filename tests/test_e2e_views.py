@@ -541,7 +541,8 @@ def test_an_error_in_one_branch_fails_its_view_alone_and_heals(server, conn, uni
 
 def test_math_outside_its_domain_is_postgresqls_error_ad_hoc_and_in_views(server, conn, postgres_server, unique):
     """sqrt of a negative number, the logarithm of zero or of a negative number, zero to a negative
-    power and a negative number to a fraction are errors in PostgreSQL (2201F, 2201E). Before, the
+    power and a negative number to a fraction are errors in PostgreSQL (2201F, 2201E), as are
+    acos and asin outside [-1, 1] and exp() out of a double's range (22003). Before, the
     embedded engine gave NaN or -Infinity, Spark NaN or NULL, and a view stored them; Spark's log(x)
     was the natural logarithm. Now both engines answer as PostgreSQL 15 does (rows, SQLSTATE and
     message), and a view fails with the error until the row is gone."""
@@ -551,7 +552,10 @@ def test_math_outside_its_domain_is_postgresqls_error_ad_hoc_and_in_views(server
                   f"SELECT id, sqrt(x) FROM {t} ORDER BY id",
                   f"SELECT ln(x) FROM {t} WHERE id = 5", f"SELECT log(x) FROM {t} WHERE id = 4",
                   f"SELECT power(x, y) FROM {t} WHERE id = 5", f"SELECT power(x, y) FROM {t} WHERE id = 4",
-                  "SELECT sqrt(-4.0::float8)", "SELECT ln(0::float8)"]
+                  "SELECT sqrt(-4.0::float8)", "SELECT ln(0::float8)",
+                  f"SELECT id, exp(x), acos(x / 200), asin(x / 200) FROM {t} ORDER BY id",
+                  f"SELECT exp(x * 1000) FROM {t} WHERE id = 1", f"SELECT exp(-x * 200) FROM {t} WHERE id = 1",
+                  f"SELECT acos(x) FROM {t} WHERE id = 2", f"SELECT asin(x) FROM {t} WHERE id = 2"]
 
     def answer(c, sql: str) -> tuple:
         try:

@@ -886,8 +886,9 @@ def raise_call(sqlstate: str, message: str) -> exp.Expression:
 
 def _math_domain_errors(query: exp.Expression) -> None:
     """sqrt, ln, log and power of arguments outside their domain are errors in PostgreSQL (2201E,
-    2201F; a logarithm to base 1 divides by zero), where the engines give NaN, infinity or NULL:
-    each call checks its arguments first. Mutates `query`."""
+    2201F; a logarithm to base 1 divides by zero), as are acos and asin outside [-1, 1] and an
+    exp() out of a double's range (22003), where the engines give NaN, infinity, zero or NULL:
+    each call checks its arguments (exp: its result) first. Mutates `query`."""
     zero, negative = "cannot take logarithm of zero", "cannot take logarithm of a negative number"
 
     def below(x: exp.Expression, bound: int = 0) -> exp.Expression:
@@ -899,7 +900,10 @@ def _math_domain_errors(query: exp.Expression) -> None:
     def positive_literal(x: exp.Expression) -> bool:
         return isinstance(x, exp.Literal) and x.is_number and float(x.name) > 0
 
-    for node in list(query.find_all(exp.Sqrt, exp.Ln, exp.Log, exp.Pow)):
+    def double(text: str) -> exp.Expression:
+        return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DOUBLE"))
+
+    for node in list(query.find_all(exp.Sqrt, exp.Ln, exp.Log, exp.Pow, exp.Exp, exp.Acos, exp.Asin)):
         checks: list[tuple[exp.Expr, str, str]] = []
         if isinstance(node, exp.Sqrt) and not positive_literal(node.this):
             checks.append((below(node.this), "2201F", "cannot take square root of a negative number"))
@@ -918,6 +922,19 @@ def _math_domain_errors(query: exp.Expression) -> None:
             if not (y_number and float(y.name).is_integer()) and not positive_literal(x):
                 checks.append((exp.and_(below(x), exp.NEQ(this=y.copy(), expression=exp.Floor(this=y.copy()))), "2201F",
                                "a negative number raised to a non-integer power yields a complex result"))
+        elif isinstance(node, (exp.Acos, exp.Asin)) and not isinstance(node.this, exp.Literal):
+            checks.append((exp.or_(below(node.this, -1), exp.GT(this=node.this.copy(), expression=exp.Literal.number(1))),
+                           "22003", "input is out of range"))
+        elif isinstance(node, exp.Exp) and not isinstance(node.this, exp.Literal):
+            # As PostgreSQL's float8 exp(): an infinite result of a finite argument overflows, a
+            # result below the smallest normal double (0 included) of one above -Infinity underflows.
+            result = node.copy()
+            checks += [(exp.and_(exp.EQ(this=result.copy(), expression=double("Infinity")),
+                                 exp.LT(this=node.this.copy(), expression=double("Infinity"))),
+                        "22003", "value out of range: overflow"),
+                       (exp.and_(exp.LT(this=result.copy(), expression=double("2.2250738585072014e-308")),
+                                 exp.GT(this=node.this.copy(), expression=double("-Infinity"))),
+                        "22003", "value out of range: underflow")]
         if checks:
             guarded = exp.Case(ifs=[exp.If(this=cond, true=raise_call(state, message)) for cond, state, message in checks],
                                default=node.copy())
