@@ -51,6 +51,7 @@ from streamdb.planner.windows import expand_window_functions
 from streamdb.runtime import system_catalog
 from streamdb.runtime.api import Column
 from streamdb.sql import ast as S
+from streamdb.sql.dialect import DATE_PART
 
 ROWTIME = "rowtime"
 OP = "op"
@@ -828,6 +829,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     refuse_comparisons_postgresql_lacks(query, inputs)
     _mark_from_types(query, inputs)
     _math_domain_errors(query)
+    _fractional_seconds(query)
 
     def column_type(col: exp.Column) -> T.SqlType | None:
         name = normalize(col.this) if isinstance(col.this, exp.Identifier) else ""
@@ -882,6 +884,24 @@ RAISE_FUNCTION = "sdb_raise"
 
 def raise_call(sqlstate: str, message: str) -> exp.Expression:
     return exp.Anonymous(this=RAISE_FUNCTION, expressions=[exp.Literal.string(f"{sqlstate}:{message}")])
+
+
+# sdb_seconds(x): the seconds of x with their fraction (a DuckDB macro; Spark's EXTRACT(SECOND)).
+SECONDS_FUNCTION = "sdb_seconds"
+
+
+def _fractional_seconds(query: exp.Expression) -> None:
+    """extract(second FROM x) keeps the fraction, as a numeric with 6 decimals in PostgreSQL 14+
+    (date_part('second', x) as a double); the embedded engine's EXTRACT(SECOND) gave whole
+    seconds. Mutates `query`."""
+    for node in list(query.find_all(exp.Extract)):
+        if node.this is None or node.this.name.upper() not in ("SECOND", "SECONDS"):
+            continue
+        date_part = bool(node.meta.get(DATE_PART))
+        seconds = exp.Cast(this=exp.Anonymous(this=SECONDS_FUNCTION, expressions=[node.expression.copy()]),
+                           to=exp.DataType.build("DOUBLE" if date_part else "DECIMAL(8, 6)"))
+        seconds.meta[SQL_NAME] = "date_part" if date_part else "extract"
+        node.replace(seconds)
 
 
 def _math_domain_errors(query: exp.Expression) -> None:
@@ -1581,11 +1601,14 @@ def _spark_array_subscripts(query: exp.Expression) -> exp.Expression:
 
 
 def _spark_raises_and_logs(query: exp.Expression) -> exp.Expression:
-    """sdb_raise is Spark's raise_error; PostgreSQL's log(x) is base 10 (Spark's is natural),
-    and log(10, x) on Spark is log10(x), which is exact for powers of 10."""
+    """sdb_raise is Spark's raise_error, sdb_seconds its EXTRACT(SECOND) (with the fraction);
+    PostgreSQL's log(x) is base 10 (Spark's is natural), and log(10, x) on Spark is log10(x),
+    which is exact for powers of 10."""
     def fix(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Anonymous) and node.name.lower() == RAISE_FUNCTION:
             return exp.Anonymous(this="raise_error", expressions=node.expressions)
+        if isinstance(node, exp.Anonymous) and node.name.lower() == SECONDS_FUNCTION:  # decimal(8, 6)
+            return exp.Extract(this=exp.var("SECOND"), expression=node.expressions[0])
         if isinstance(node, exp.Log) and (node.expression is None or (
                 isinstance(node.this, exp.Literal) and node.this.is_number and float(node.this.name) == 10)):
             return exp.Anonymous(this="log10", expressions=[node.this if node.expression is None else node.expression])

@@ -46,6 +46,8 @@ def macro_definitions() -> list[str]:
         f"CREATE OR REPLACE MACRO sdb_format_type(o, m) AS ({_format_type_sql()})",
         # planner/query.raise_call: PostgreSQL's error, 'SQLSTATE:message' (embedded.translate_error).
         "CREATE OR REPLACE MACRO sdb_raise(m) AS error(m)",
+        # planner/query.SECONDS_FUNCTION: seconds with their fraction (EXTRACT(SECOND) drops it).
+        "CREATE OR REPLACE MACRO sdb_seconds(t) AS (EXTRACT(MICROSECONDS FROM t) / 1000000.0)",
         "CREATE OR REPLACE MACRO sdb_pg_encoding_to_char(e) AS (CASE WHEN e IS NULL THEN NULL "
         "WHEN e = 6 THEN 'UTF8' WHEN e = 0 THEN 'SQL_ASCII' ELSE '' END)",
         "CREATE OR REPLACE MACRO sdb_pg_size_pretty(b) AS (CASE WHEN b IS NULL THEN NULL "

@@ -111,6 +111,15 @@ OPERATOR_NODES: dict[str, Callable[[exp.Expr, exp.Expr], exp.Expr]] = {
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
 
 
+DATE_PART = "date_part"  # meta of an exp.Extract written as date_part(...)
+
+
+def _marked_date_part(node: exp.Expr | None) -> exp.Expr | None:
+    if node is not None:
+        node.meta[DATE_PART] = True
+    return node
+
+
 class BlamedParseError(ParseError):
     """A ParseError that remembers the offending token (None = end of input), so
     parse_statements can report a Postgres-style position. Still a ParseError, so sqlglot's
@@ -188,6 +197,13 @@ class StreamDB(Postgres):
             **PostgresParser.FUNCTIONS,
             "REGEXP_EXTRACT": lambda args: exp.RegexpExtract(
                 this=seq_get(args, 0), expression=seq_get(args, 1), group=seq_get(args, 2)),
+        }
+
+        # date_part(field, x) is parsed as EXTRACT(field FROM x), but PostgreSQL's is a double
+        # where extract() is a numeric: the node remembers which it was (planner/query.py).
+        FUNCTION_PARSERS = {
+            **PostgresParser.FUNCTION_PARSERS,
+            "DATE_PART": lambda self: _marked_date_part(self._parse_date_part()),
         }
 
         # SESSION is a keyword to sqlglot (ALTER SESSION); followed by `(` it is the session

@@ -120,6 +120,11 @@ SELECT oid, placed::date AS day, extract(year FROM placed) AS y, extract(dow FRO
     placed - interval '90 minutes' AS earlier
 FROM {orders};
 
+-- query: seconds with their fraction
+SELECT oid, extract(second FROM placed + interval '0.25 seconds') AS s,
+    date_part('second', placed + interval '1.5 seconds') AS d, extract(second FROM placed) AS whole
+FROM {orders};
+
 -- query: date arithmetic
 SELECT id, hired + 30 AS later, hired - date '2000-01-01' AS days_since, hired - hired AS zero,
     sum(hired - date '2000-01-01') OVER (ORDER BY id) AS running
