@@ -830,6 +830,12 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     _mark_from_types(query, inputs)
     _math_domain_errors(query)
     _fractional_seconds(query)
+    _substrings_from_one(query)
+    for hexed in list(query.find_all(exp.Hex)):  # to_hex() is lowercase in PostgreSQL, HEX() upper in both engines
+        if not isinstance(hexed.parent, exp.Lower):
+            lowered = exp.Lower(this=hexed.copy())
+            lowered.meta[SQL_NAME] = "to_hex"
+            hexed.replace(lowered)
 
     def column_type(col: exp.Column) -> T.SqlType | None:
         name = normalize(col.this) if isinstance(col.this, exp.Identifier) else ""
@@ -841,8 +847,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
     # The engine's own avg() is a double; its array_agg and string_agg differ from Postgres' too.
-    duck_query = similar_to_as_regex(_duckdb_float_rounds(_duckdb_interval_sums(unconstrained_numeric_casts(
-        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))))))
+    duck_query = similar_to_as_regex(_duckdb_integer_text(_duckdb_float_rounds(_duckdb_interval_sums(unconstrained_numeric_casts(
+        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs))))))))
     # The stored SQL keeps $n placeholders (the runtime binds values before running it); it is
     # described with typed NULLs in their place. Without parameters the two are the same text,
     # generated once (duck_query is this function's own copy, see exact_numeric_avg).
@@ -884,6 +890,34 @@ RAISE_FUNCTION = "sdb_raise"
 
 def raise_call(sqlstate: str, message: str) -> exp.Expression:
     return exp.Anonymous(this=RAISE_FUNCTION, expressions=[exp.Literal.string(f"{sqlstate}:{message}")])
+
+
+def _substrings_from_one(query: exp.Expression) -> None:
+    """substr(s, start [, n]) as PostgreSQL counts: positions before 1 take part of the length
+    and give nothing (substr('hello', -1, 3) is 'h'), where both engines count a start below 1
+    from the end ('o'); a negative length is 22011. Mutates `query`."""
+    for node in list(query.find_all(exp.Substring)):
+        start, length = node.args.get("start"), node.args.get("length")
+        positive = isinstance(start, exp.Literal) and start.is_number and start.name.isdigit() and int(start.name) >= 1
+        counted = isinstance(length, exp.Literal) and length.is_number and length.name.isdigit()
+        if start is None or (positive and (length is None or counted)):
+            continue
+        def at_least_one(e: exp.Expression) -> exp.Expression:  # NULL stays NULL (greatest() would skip it)
+            return exp.Case(ifs=[exp.If(this=exp.LT(this=e.copy(), expression=exp.Literal.number(1)),
+                                        true=exp.Literal.number(1))], default=e.copy())
+
+        first = at_least_one(start)
+        fixed: exp.Expression = exp.Substring(this=node.this.copy(), start=first)
+        if length is not None:
+            end = at_least_one(exp.Paren(this=exp.Add(this=start.copy(), expression=length.copy())))
+            fixed.set("length", exp.Sub(this=end, expression=first.copy()))
+            if not counted:
+                fixed = exp.Case(ifs=[exp.If(this=exp.LT(this=length.copy(), expression=exp.Literal.number(0)),
+                                             true=raise_call("22011", "negative substring length not allowed"))],
+                                 default=fixed)
+        if SQL_NAME in node.meta:
+            fixed.meta[SQL_NAME] = node.meta[SQL_NAME]
+        node.replace(fixed)
 
 
 # sdb_seconds(x): the seconds of x with their fraction (a DuckDB macro; Spark's EXTRACT(SECOND)).
@@ -1099,11 +1133,37 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
             node.meta["float_round"] = True
         elif _is_numeric_percentile(n):
             node.meta["double_percentile"] = True
+        elif isinstance(n, exp.Cast) and n.to.this in _INTEGER_TARGETS and _is_text(n.this):
+            node.meta["integer_text"] = True
     for node, type_name in casts:
         # Wrapped in place, so a node marked inside another keeps its place in the query.
         cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
         node.replace(cast)
         cast.set("this", node)
+
+
+def _is_text(node: exp.Expression) -> bool:
+    e = node.unnest()
+    if isinstance(e, exp.Literal):
+        return e.is_string
+    return e.type is not None and e.type.is_type(*exp.DataType.TEXT_TYPES) and isinstance(e, (exp.Column, exp.Cast))
+
+
+# PostgreSQL's integer input (surrounding spaces, a sign, digits): the embedded engine also took
+# '1.5' (as 2) and '1e3'.
+_INTEGER_NAMES = {exp.DataType.Type.SMALLINT: "smallint", exp.DataType.Type.INT: "integer",
+                  exp.DataType.Type.BIGINT: "bigint"}
+
+
+def _duckdb_integer_text(query: exp.Expression) -> exp.Expression:
+    """Text cast to an integer type must be an integer, as PostgreSQL reads it (22P02 otherwise):
+    the embedded engine rounded '1.5' to 2. Spark refuses it already (CAST_INVALID_INPUT)."""
+    for node in list(query.find_all(exp.Cast)):
+        if node.meta.get("integer_text") and node.to.this in _INTEGER_NAMES:
+            checked = exp.Anonymous(this="sdb_integer_text",
+                                    expressions=[node.this.copy(), exp.Literal.string(_INTEGER_NAMES[node.to.this])])
+            node.set("this", checked)
+    return query
 
 
 def _duckdb_float_rounds(query: exp.Expression) -> exp.Expression:

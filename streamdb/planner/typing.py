@@ -230,6 +230,7 @@ def _conditions(query: exp.Expression) -> list[tuple[str, exp.Expr]]:
 
 
 _NUMBERS = exp.DataType.INTEGER_TYPES | exp.DataType.REAL_TYPES
+_DOUBLES = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
 _DATES_AND_TIMES = exp.DataType.TEMPORAL_TYPES | {exp.DataType.Type.INTERVAL}
 
 
@@ -244,14 +245,20 @@ def certain_type(node: exp.Expr, *, functions: bool = False) -> exp.DataType | N
     always their type: avg() is a double to sqlglot, numeric to PostgreSQL). None elsewhere:
     sqlglot types `date - date` as a date, where PostgreSQL has an integer."""
     node = node.unnest()
+    if isinstance(node, exp.Literal) and node.is_number and not node.name.isdigit():
+        return exp.DataType.build("DECIMAL")  # 2.5 and 1e3 are numeric to PostgreSQL (double to sqlglot)
     if isinstance(node, (exp.Column, exp.Cast)) or (isinstance(node, exp.Literal) and node.is_number):
         return node.type
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg)):
         parts = [node.this] if isinstance(node, exp.Neg) else [node.this, node.expression]
         types = [certain_type(p, functions=functions) for p in parts]
-        if all(t is not None and t.this in _NUMBERS for t in types):
-            return node.type
-        return None
+        if not all(t is not None and t.this in _NUMBERS for t in types):
+            return None
+        # PostgreSQL: a double if either operand is one, else numeric if either is, else an integer.
+        if not any(t is not None and t.this in _DOUBLES for t in types) \
+                and any(t is not None and t.this is exp.DataType.Type.DECIMAL for t in types):
+            return exp.DataType.build("DECIMAL")
+        return node.type
     if functions and isinstance(node, exp.Func):
         return node.type
     return None

@@ -46,6 +46,10 @@ def macro_definitions() -> list[str]:
         f"CREATE OR REPLACE MACRO sdb_format_type(o, m) AS ({_format_type_sql()})",
         # planner/query.raise_call: PostgreSQL's error, 'SQLSTATE:message' (embedded.translate_error).
         "CREATE OR REPLACE MACRO sdb_raise(m) AS error(m)",
+        # planner/query._duckdb_integer_text: text to an integer as PostgreSQL reads it.
+        "CREATE OR REPLACE MACRO sdb_integer_text(s, t) AS (CASE WHEN s IS NULL "
+        "OR regexp_full_match(s, '\\s*[+-]?[0-9]+\\s*') THEN s "
+        "ELSE error('22P02:invalid input syntax for type ' || t || ': \"' || s || '\"') END)",
         # planner/query.SECONDS_FUNCTION: seconds with their fraction (EXTRACT(SECOND) drops it).
         "CREATE OR REPLACE MACRO sdb_seconds(t) AS (EXTRACT(MICROSECONDS FROM t) / 1000000.0)",
         "CREATE OR REPLACE MACRO sdb_pg_encoding_to_char(e) AS (CASE WHEN e IS NULL THEN NULL "

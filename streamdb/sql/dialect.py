@@ -114,6 +114,11 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
 DATE_PART = "date_part"  # meta of an exp.Extract written as date_part(...)
 
 
+def _named(node: exp.Expr, name: str) -> exp.Expr:
+    node.meta["sql_name"] = name  # planner/functions.SQL_NAME: the output column's name
+    return node
+
+
 def _marked_date_part(node: exp.Expr | None) -> exp.Expr | None:
     if node is not None:
         node.meta[DATE_PART] = True
@@ -197,6 +202,8 @@ class StreamDB(Postgres):
             **PostgresParser.FUNCTIONS,
             "REGEXP_EXTRACT": lambda args: exp.RegexpExtract(
                 this=seq_get(args, 0), expression=seq_get(args, 1), group=seq_get(args, 2)),
+            # substr() names its column substr, substring() substring (sqlglot parses both alike).
+            "SUBSTR": lambda args: _named(exp.Substring.from_arg_list(args), "substr"),
         }
 
         # date_part(field, x) is parsed as EXTRACT(field FROM x), but PostgreSQL's is a double
