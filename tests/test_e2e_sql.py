@@ -289,7 +289,8 @@ def _both_engines_answer_as_postgresql(conn, pg, table: str, statements: list[st
 def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, unique):
     """Functions and casts that answered otherwise than PostgreSQL 15 (found by probing): round()
     of a numeric literal rounded half to even (2 for 2.5, as a double), substr() counted a start
-    below 1 from the end, to_hex() was uppercase, text cast to an integer took '1.5' (as 2).
+    below 1 from the end, to_hex() was uppercase, text cast to an integer took '1.5' (as 2), and
+    text cast to boolean refused 'on' and 'off', to_char's Dy and Mon printed '5y Mon'.
     Rows, column names and types, or SQLSTATE and message, on both engines."""
     t = f"bi_{unique}"
     statements = [
@@ -302,6 +303,11 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         "SELECT '1.5'::int", "SELECT ' -7 '::int, '12'::bigint, '+3'::smallint", "SELECT 'abc'::int",
         f"SELECT id, s::int FROM {t} WHERE id = 3",
         f"SELECT id, s::int FROM {t} ORDER BY id",
+        "SELECT 'off'::boolean, ' Yes '::boolean, 'tr'::boolean, '0'::boolean, 'F'::boolean",
+        "SELECT 'maybe'::boolean", "SELECT 'o'::boolean",
+        f"SELECT id, (CASE WHEN id = 1 THEN 'on' ELSE 'of' END)::boolean AS b FROM {t} ORDER BY id",
+        f"SELECT id, to_char(timestamp '2024-01-05 13:04:05' + id * interval '40 days', "
+        f"'YYYY-MM-DD HH24:MI:SS Dy Mon, FMDay FMMonth') FROM {t} ORDER BY id",
     ]
 
     def answer(c, sql: str) -> tuple:

@@ -757,6 +757,8 @@ def postgres_column_name(node: exp.Expression) -> str:
         return "count"
     if isinstance(node, (exp.ExplodingGenerateSeries, exp.GenerateSeries)):
         return "generate_series"
+    if isinstance(node, exp.TimeToStr):
+        return "to_char"
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower()
     if isinstance(node, exp.Func):
@@ -1115,6 +1117,7 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
     except Exception:  # noqa: BLE001 - an unqualifiable shape keeps the engines' own types
         return
     casts: list[tuple[exp.Expr, str]] = []
+    casts_to_boolean: list[exp.Expr] = []
     for n in typed.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub):
         found = n.meta.get("typed_id")
         if not isinstance(found, int):
@@ -1135,6 +1138,13 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
             node.meta["double_percentile"] = True
         elif isinstance(n, exp.Cast) and n.to.this in _INTEGER_TARGETS and _is_text(n.this):
             node.meta["integer_text"] = True
+        elif isinstance(n, exp.Cast) and n.to.this is exp.DataType.Type.BOOLEAN and _is_text(n.this):
+            casts_to_boolean.append(node)
+    for node in casts_to_boolean:
+        if isinstance(node, exp.Cast):
+            read = _boolean_from_text(node.this)
+            read.meta[SQL_NAME] = postgres_column_name(node)  # bool, or the cast column's name
+            node.replace(read)
     for node, type_name in casts:
         # Wrapped in place, so a node marked inside another keeps its place in the query.
         cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
@@ -1142,11 +1152,32 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         cast.set("this", node)
 
 
+# PostgreSQL's boolean input: these words and every prefix of them that is not ambiguous, in any
+# case, spaces around (both engines refused 'on' and 'off'; Spark also 'tr', 'of').
+_TRUE_WORDS = ("t", "tr", "tru", "true", "y", "ye", "yes", "on", "1")
+_FALSE_WORDS = ("f", "fa", "fal", "fals", "false", "n", "no", "of", "off", "0")
+
+
+def _boolean_from_text(text: exp.Expression) -> exp.Expression:
+    """`text::boolean` as PostgreSQL reads it, the same on both engines; 22P02 otherwise."""
+    word = exp.Lower(this=exp.Trim(this=text.copy()))
+
+    def among(words: tuple[str, ...]) -> exp.Expression:
+        return exp.In(this=word.copy(), expressions=[exp.Literal.string(w) for w in words])
+
+    message = exp.Concat(expressions=[exp.Literal.string('22P02:invalid input syntax for type boolean: "'),
+                                      text.copy(), exp.Literal.string('"')])
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=text.copy(), expression=exp.Null()), true=exp.Null()),
+                         exp.If(this=among(_TRUE_WORDS), true=exp.true()),
+                         exp.If(this=among(_FALSE_WORDS), true=exp.false())],
+                    default=exp.Anonymous(this=RAISE_FUNCTION, expressions=[message]))
+
+
 def _is_text(node: exp.Expression) -> bool:
     e = node.unnest()
     if isinstance(e, exp.Literal):
         return e.is_string
-    return e.type is not None and e.type.is_type(*exp.DataType.TEXT_TYPES) and isinstance(e, (exp.Column, exp.Cast))
+    return e.type is not None and e.type.is_type(*exp.DataType.TEXT_TYPES)
 
 
 # PostgreSQL's integer input (surrounding spaces, a sign, digits): the embedded engine also took

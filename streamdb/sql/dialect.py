@@ -155,7 +155,10 @@ def _word_text(token: Token) -> str:
 class StreamDB(Postgres):
     # to_char's patterns sqlglot's Postgres lacks: HH is the hour of the half day (01-12) as HH12,
     # and AM/PM the meridiem (without them 'HH:MI' printed the pattern's letters or a 0-23 hour).
-    TIME_MAPPING = {**Postgres.TIME_MAPPING, "HH": "%I", "hh": "%I", "FMHH": "%-I", "AM": "%p", "PM": "%p"}
+    # Dy and Mon are the day's and month's abbreviated names ('Dy' printed '5y'); FMDay, FMMonth
+    # their names. Day and Month are the names too, without PostgreSQL's padding to 9 characters.
+    TIME_MAPPING = {**Postgres.TIME_MAPPING, "HH": "%I", "hh": "%I", "FMHH": "%-I", "AM": "%p", "PM": "%p",
+                    "Dy": "%a", "Mon": "%b", "FMDay": "%A", "FMMonth": "%B", "Day": "%A", "Month": "%B"}
 
     class Tokenizer(Postgres.Tokenizer):
         # RESET, EXPLAIN and SHOW are statements we parse: the tokenizer must not swallow the
