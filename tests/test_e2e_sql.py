@@ -290,7 +290,8 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
     """Functions and casts that answered otherwise than PostgreSQL 15 (found by probing): round()
     of a numeric literal rounded half to even (2 for 2.5, as a double), substr() counted a start
     below 1 from the end, to_hex() was uppercase, text cast to an integer took '1.5' (as 2), and
-    text cast to boolean refused 'on' and 'off', to_char's Dy and Mon printed '5y Mon'.
+    text cast to boolean refused 'on' and 'off', to_char's Dy and Mon printed '5y Mon', and
+    octet_length(text) and every() did not exist.
     Rows, column names and types, or SQLSTATE and message, on both engines."""
     t = f"bi_{unique}"
     statements = [
@@ -308,6 +309,8 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         f"SELECT id, (CASE WHEN id = 1 THEN 'on' ELSE 'of' END)::boolean AS b FROM {t} ORDER BY id",
         f"SELECT id, to_char(timestamp '2024-01-05 13:04:05' + id * interval '40 days', "
         f"'YYYY-MM-DD HH24:MI:SS Dy Mon, FMDay FMMonth') FROM {t} ORDER BY id",
+        f"SELECT octet_length(s), length(s), octet_length('héllo') FROM {t} ORDER BY id",
+        f"SELECT every(id > 0), every(id > 1), bool_and(id > 0) FROM {t}",
     ]
 
     def answer(c, sql: str) -> tuple:

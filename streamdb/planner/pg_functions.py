@@ -676,6 +676,8 @@ _FUNCS: dict[str, _Handler] = {
     "has_function_privilege": _TRUE,
     "pg_has_role": _TRUE,
     "pg_encoding_to_char": _macro("sdb_pg_encoding_to_char", 1),
+    # The bytes of a text's UTF-8 (the embedded engine's octet_length takes only blobs).
+    "octet_length": lambda rw, args: exp.Cast(this=_call("strlen", _arg(args, 0)), to=exp.DataType.build("INT")),
     "pg_char_to_encoding": _const(lambda rw: _lit(sc.UTF8_ENCODING)),
     "pg_get_userbyid": lambda rw, args: rw.pg_get_userbyid(args),
     "pg_table_is_visible": lambda rw, args: rw.pg_table_is_visible(args),

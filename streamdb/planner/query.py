@@ -759,6 +759,8 @@ def postgres_column_name(node: exp.Expression) -> str:
         return "generate_series"
     if isinstance(node, exp.TimeToStr):
         return "to_char"
+    if isinstance(node, (exp.LogicalAnd, exp.LogicalOr)):  # sqlglot's names for them
+        return "bool_and" if isinstance(node, exp.LogicalAnd) else "bool_or"
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower()
     if isinstance(node, exp.Func):
@@ -833,6 +835,10 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     _math_domain_errors(query)
     _fractional_seconds(query)
     _substrings_from_one(query)
+    for every in [a for a in query.find_all(exp.Anonymous) if a.name.lower() == "every" and len(a.expressions) == 1]:
+        both = exp.LogicalAnd(this=every.expressions[0].copy())  # every() is bool_and() (neither engine has it)
+        both.meta[SQL_NAME] = "every"
+        every.replace(both)
     for hexed in list(query.find_all(exp.Hex)):  # to_hex() is lowercase in PostgreSQL, HEX() upper in both engines
         if not isinstance(hexed.parent, exp.Lower):
             lowered = exp.Lower(this=hexed.copy())
