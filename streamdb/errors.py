@@ -6,6 +6,8 @@ The wire layer turns it into an ErrorResponse; nothing else formats errors.
 
 from __future__ import annotations
 
+import re
+
 
 class StreamDBError(Exception):
     """Root of every error a client may see. Subclasses fix the SQLSTATE."""
@@ -274,3 +276,19 @@ class Notice:
 
     def __repr__(self) -> str:
         return f"Notice({self.severity}: {self.message})"
+
+
+# An error as SQL raises it (planner/query.raise_call: the embedded engine's error(), Spark's
+# raise_error()): 'SQLSTATE:message', read back from the engine's error text.
+_CODED = re.compile(r"([0-9A-Z]{5}):(.+)$", re.S)
+
+
+def coded(sqlstate: str, message: str) -> str:
+    return f"{sqlstate}:{message}"
+
+
+def from_coded(text: str) -> StreamDBError | None:
+    """The error a 'SQLSTATE:message' text (coded) stands for; None for any other text."""
+    m = _CODED.match(text)
+    return StreamDBError(m.group(2), sqlstate=m.group(1)) if m is not None else None
+

@@ -26,6 +26,7 @@ from streamdb.errors import (
     UndefinedColumn,
     UndefinedFunction,
     UndefinedTable,
+    coded,
 )
 from streamdb.planner import asof, pg_functions, privileges
 from streamdb.planner.coerce import NotALiteral, TypedValue
@@ -897,7 +898,7 @@ RAISE_FUNCTION = "sdb_raise"
 
 
 def raise_call(sqlstate: str, message: str) -> exp.Expression:
-    return exp.Anonymous(this=RAISE_FUNCTION, expressions=[exp.Literal.string(f"{sqlstate}:{message}")])
+    return exp.Anonymous(this=RAISE_FUNCTION, expressions=[exp.Literal.string(coded(sqlstate, message))])
 
 
 def _substrings_from_one(query: exp.Expression) -> None:

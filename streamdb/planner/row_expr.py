@@ -18,6 +18,8 @@ from sqlglot import exp
 
 from streamdb import types as T
 from streamdb.catalog import RelationDef
+from streamdb.errors import NumericValueOutOfRange, StreamDBError
+from streamdb.planner.coerce import coerce
 from streamdb.planner.names import normalize
 
 _INTEGER_WIDTH = {"smallint": 2, "integer": 4, "bigint": 8}
@@ -121,9 +123,6 @@ def _node(e: exp.Expression, rel: RelationDef, param_types: tuple[T.SqlType, ...
 
 def _typed_literal(cast: exp.Cast) -> RowConst | None:
     """A constant cast to an integer or numeric type, with the cast's value and type."""
-    from streamdb.errors import StreamDBError
-    from streamdb.planner.coerce import coerce
-
     target = T.type_from_name(cast.to.sql(dialect="postgres"))
     inner = cast.this
     negative = isinstance(inner, exp.Neg)
@@ -177,8 +176,6 @@ def evaluate(e: RowExpr, row: tuple[Any, ...], params: tuple[Any, ...]) -> Any:
     """`e` over a stored row and the statement's parameters, as PostgreSQL computes it: NULL in,
     NULL out; integers exact and checked against their result type's range (22003); numerics
     exact."""
-    from streamdb.errors import NumericValueOutOfRange
-
     if isinstance(e, RowColumn):
         return row[e.index]
     if isinstance(e, RowParam):

@@ -167,10 +167,6 @@ _REGEX_ERRORS = ("missing )", "missing ]", "unexpected )", "no argument for repe
 _FUNC = re.compile(r'Scalar Function with name (\w+) does not exist|Function with name (\w+) does not exist')
 
 
-# PostgreSQL's error raised from SQL (planner/query.raise_call): 'SQLSTATE:message'.
-_RAISED = re.compile(r"([0-9A-Z]{5}):(.+)$", re.S)
-
-
 def translate_error(e: Exception) -> errors.StreamDBError:
     """DuckDB's error classes and messages -> Postgres SQLSTATEs and Postgres-like wording."""
     msg = str(e)
@@ -223,8 +219,8 @@ def translate_error(e: Exception) -> errors.StreamDBError:
     if (failed := udf.failure(msg)) is not None:
         return failed
     if isinstance(e, duckdb.InvalidInputException):
-        if (raised := _RAISED.match(text)) is not None:  # planner/query.raise_call
-            return errors.StreamDBError(raised.group(2), sqlstate=raised.group(1))
+        if (raised := errors.from_coded(text)) is not None:  # planner/query.raise_call
+            return raised
         if "division by zero" in msg.lower():
             return errors.DivisionByZero("division by zero")
         if text.startswith(_REGEX_ERRORS):  # the regular expression library's words for a bad pattern

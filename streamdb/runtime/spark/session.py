@@ -56,6 +56,7 @@ from streamdb.errors import (
     UndefinedColumn,
     UndefinedFunction,
     UndefinedTable,
+    from_coded,
 )
 from streamdb.runtime.spark.jvm import jar_path
 
@@ -202,9 +203,6 @@ _BY_SQLSTATE: dict[str, type[StreamDBError]] = {
 # Spark conditions whose words Postgres says otherwise (Spark's add advice about its own settings).
 _POSTGRES_WORDS = {"DIVIDE_BY_ZERO": "division by zero", "INTERVAL_DIVIDED_BY_ZERO": "division by zero"}
 
-# PostgreSQL's error raised from SQL (planner/query.raise_call): 'SQLSTATE:message'.
-_RAISED = re.compile(r"([0-9A-Z]{5}):(.+)$", re.S)
-
 # A view's row error whose text is Spark's own (ErrorFunction.java): "spark:[CONDITION] message".
 SPARK_ROW_ERROR = "spark"
 
@@ -264,8 +262,8 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
             except Exception:  # noqa: BLE001
                 pass
     message = _POSTGRES_WORDS.get(condition or "") or _clean_message(text)
-    if condition == "USER_RAISED_EXCEPTION" and (raised := _RAISED.match(message)) is not None:
-        return StreamDBError(raised.group(2), sqlstate=raised.group(1))  # planner/query.raise_call
+    if condition == "USER_RAISED_EXCEPTION" and (raised := from_coded(message)) is not None:
+        return raised  # planner/query.raise_call
     detail = f"Spark error condition {condition}" if condition else None
     cls: type[StreamDBError] | None = None
     if condition:
