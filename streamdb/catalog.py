@@ -31,6 +31,8 @@ PUBLIC_GRANTEE = "public"  # GRANT ... TO PUBLIC: every role
 # Table privileges; ALL means all of them. UPDATE and DELETE are their own privileges, as in Postgres.
 PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 PRIVILEGE_LETTERS = {"SELECT": "r", "INSERT": "a", "UPDATE": "w", "DELETE": "d"}  # aclitem letters
+# The `extra` key of a push query's materialized view (docs/views.md, "Push queries").
+TRANSIENT = "transient"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,11 @@ class RelationDef:
         extra = dict(self.extra)
         shown = extra.get("derived") or extra.get("shown_as")
         return str(shown) if shown else self.kind
+
+    @property
+    def transient(self) -> bool:
+        """A push query's own materialized view: kept while the query runs, never listed."""
+        return bool(dict(self.extra).get(TRANSIENT))
 
     @property
     def qualified_name(self) -> str:
@@ -178,6 +185,9 @@ class CatalogSnapshot:
     # Roles by name: a field of their own rather than "role" objects, since a role is not a
     # RelationDef (no columns, no id in the relation id space) and is looked up on every login.
     stored_roles: dict[str, RoleDef] = field(default_factory=dict)
+    # Push queries' materialized views, by name: maintained like any view (by_id, the pipelines)
+    # but out of `relations`, so no listing, name lookup or DROP of a user's ever meets them.
+    transient: dict[str, RelationDef] = field(default_factory=dict)
 
     def role(self, name: str) -> RoleDef | None:
         """A role by name; the bootstrap superuser exists even before it is ever altered."""
@@ -226,7 +236,14 @@ class CatalogSnapshot:
         for r in self.relations.values():
             if r.id == rel_id:
                 return r
+        for r in self.transient.values():
+            if r.id == rel_id:
+                return r
         return None
+
+    def with_visible(self, rel: RelationDef) -> CatalogSnapshot:
+        """This snapshot with a transient view among the relations, for planning a read of it."""
+        return replace(self, relations={**self.relations, rel.name: rel})
 
     def dependents(self, rel_id: int) -> list[RelationDef]:
         """Relations, then sinks, that depend on a relation or connector."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 import psycopg
 import pytest
@@ -356,3 +357,143 @@ def test_a_stalled_subscriber_gets_a_clear_error_not_unbounded_memory(tmp_path):
                         stream.close()
         finally:
             srv.stop()
+
+
+def fold(changes: list[tuple], into: Counter | None = None) -> Counter:
+    """Changes as (op, rowtime, *columns) folded into the multiset of rows they describe."""
+    rows = into if into is not None else Counter()
+    for op, _rowtime, *columns in changes:
+        rows[tuple(columns)] += 1 if op == "insert" else -1
+    return Counter({row: n for row, n in rows.items() if n})  # a retraction too many stays, negative
+
+
+def fetch_until(c, cursor: str, rows: Counter, want: Counter) -> Counter:
+    """FETCH from `cursor`, folding into `rows`, until they are `want` (or a minute passed)."""
+    deadline = time.monotonic() + 60
+    while rows != want and time.monotonic() < deadline:
+        rows = fold(c.execute(f"FETCH ALL {cursor} WITH (timeout = '1s')").fetchall(), rows)
+    return rows
+
+
+def test_a_push_query_over_a_join_and_aggregate_runs_on_a_view_of_its_own(server, conn, unique):
+    """Issue 13: a push query that is not linear used to be recomputed from its whole inputs in
+    every epoch with a change. It now runs as a materialized view of its own, on the pipelines,
+    listed nowhere but SHOW QUERIES; its changes are checked against the same query run as a
+    plain query over the same data."""
+    ev, dim = f"pjev_{unique}", f"pjdim_{unique}"
+    conn.execute(f"CREATE STREAM {ev} (k INT, v INT)")
+    conn.execute(f"CREATE TABLE {dim} (id INT PRIMARY KEY, grp TEXT)")
+    conn.execute(f"INSERT INTO {dim} VALUES (1, 'a'), (2, 'a'), (3, 'b')")
+    conn.execute(f"INSERT INTO {ev} VALUES (1, 10), (2, 20), (3, 30), (3, 1), (4, 5)")
+    query = (f"SELECT d.grp, count(*) AS n, sum(e.v) AS s, max(e.v) AS top FROM {ev} e "
+             f"JOIN {dim} d ON d.id = e.k GROUP BY d.grp")
+
+    def recomputed() -> Counter:
+        return Counter(conn.execute(query).fetchall())
+
+    assert recomputed() == Counter([("a", 2, 30, 20), ("b", 2, 31, 30)])
+    explain = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {query} EMIT CHANGES").fetchall())
+    assert "maintained as a materialized view of its own" in explain and "Join inner" in explain
+    with server.connect() as c:
+        c.execute("BEGIN")
+        c.execute(f"DECLARE pj CURSOR FOR {query} EMIT CHANGES")
+        rows = fetch_until(c, "pj", Counter(), recomputed())
+        assert rows == recomputed()
+        [listed] = [q for q in push_queries(conn)]
+        assert listed[2] == "running (incremental)" and listed[9].startswith("pipeline depth-")
+        # Its view is nobody's to see, list or drop.
+        assert [r for r in conn.execute("SHOW MATERIALIZED VIEWS").fetchall() if r[0].startswith("subscribe")] == []
+        assert conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'subscribe%'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM information_schema.tables "
+                            "WHERE table_name LIKE 'subscribe%'").fetchone() == (0,)
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute(f"SELECT * FROM subscribe_{listed[0].split()[-1]}")
+        # Events, a key moving to another group, a key deleted: each batch of changes takes the
+        # folded rows to the recomputed result.
+        conn.execute(f"INSERT INTO {ev} VALUES (1, 50), (3, 2), (9, 9)")
+        rows = fetch_until(c, "pj", rows, recomputed())
+        assert rows == recomputed() == Counter([("a", 3, 80, 50), ("b", 3, 33, 30)])
+        conn.execute(f"UPDATE {dim} SET grp = 'b' WHERE id = 1")
+        conn.execute(f"DELETE FROM {dim} WHERE id = 3")
+        rows = fetch_until(c, "pj", rows, recomputed())
+        assert rows == recomputed() == Counter([("a", 1, 20, 20), ("b", 2, 60, 50)])
+        c.execute("CLOSE pj")
+        c.execute("COMMIT")
+    assert not push_queries(conn)
+
+
+def test_a_push_query_ends_with_an_error_when_what_it_reads_is_dropped(server, conn, unique):
+    t_name = f"pdrop_{unique}"
+    conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, plan TEXT)")
+    conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free')")
+    with server.connect() as c:
+        c.execute("BEGIN")
+        c.execute(f"DECLARE pd CURSOR FOR SELECT plan, count(*) AS n FROM {t_name} GROUP BY plan EMIT CHANGES")
+        assert [r[2:] for r in c.execute("FETCH ALL pd WITH (timeout = '30s')").fetchall()] == [("free", 1)]
+        conn.execute(f"DROP TABLE {t_name}")  # a push query does not hold up a DROP (as in Materialize)
+        with pytest.raises(psycopg.errors.UndefinedTable) as info:
+            c.execute("FETCH ALL pd WITH (timeout = '30s')")
+        assert info.value.diag.message_primary == "push query ended: a relation it reads was dropped or renamed"
+        c.execute("ROLLBACK")
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    assert not push_queries(conn)
+
+
+def test_a_push_query_whose_rows_raise_fails_with_their_error(server, conn, unique):
+    s = f"praise_{unique}"
+    conn.execute(f"CREATE TABLE {s} (id INT PRIMARY KEY, k INT, v INT)")
+    conn.execute(f"INSERT INTO {s} VALUES (1, 1, 2), (2, 1, 0)")
+    with server.connect() as c:
+        with pytest.raises(psycopg.errors.DivisionByZero) as info:
+            c.execute(f"SELECT k, sum(10 / v) AS s FROM {s} GROUP BY k EMIT CHANGES").fetchall()
+        assert info.value.diag.message_primary == "push query failed: division by zero"
+        assert c.execute("SELECT 1").fetchone() == (1,)
+        # Started before the bad row: the push query fails when it comes.
+        c.execute("BEGIN")
+        conn.execute(f"DELETE FROM {s} WHERE v = 0")
+        c.execute(f"DECLARE pr CURSOR FOR SELECT k, sum(10 / v) AS s FROM {s} GROUP BY k EMIT CHANGES")
+        assert [r[2:] for r in c.execute("FETCH ALL pr WITH (timeout = '30s')").fetchall()] == [(1, 5)]
+        conn.execute(f"INSERT INTO {s} VALUES (3, 2, 0)")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            for _ in range(60):
+                c.execute("FETCH ALL pr WITH (timeout = '1s')")
+        c.execute("ROLLBACK")
+    assert not push_queries(conn)
+
+
+def test_a_push_querys_view_does_not_outlive_a_crash(fresh_server):
+    """kill -9 while a push query over an aggregate runs: the restarted server drops its view
+    before the pipelines start, and push queries go on as before."""
+    from streamdb.runtime.catalog_store import CatalogStore
+    from streamdb.storage import open_storage
+
+    srv = fresh_server
+    query = "SELECT plan, count(*) AS n FROM accounts GROUP BY plan EMIT CHANGES"
+    with srv.connect() as conn:
+        conn.execute("CREATE TABLE accounts (id INT PRIMARY KEY, plan TEXT)")
+        conn.execute("INSERT INTO accounts VALUES (1, 'free'), (2, 'pro')")
+    c = srv.connect()
+    c.execute("BEGIN")
+    c.execute(f"DECLARE running CURSOR FOR {query}")
+    assert len(c.execute("FETCH ALL running WITH (timeout = '30s')").fetchall()) == 2
+    srv.kill9()
+    c.close()
+    srv.restart()
+    with srv.connect() as conn:
+        assert not push_queries(conn)
+        conn.execute("INSERT INTO accounts VALUES (3, 'pro')")
+        with srv.connect() as c:
+            c.execute("BEGIN")
+            c.execute(f"DECLARE again CURSOR FOR {query}")
+            assert fold(c.execute("FETCH ALL again WITH (timeout = '30s')").fetchall()) == \
+                Counter([("free", 1), ("pro", 2)])
+            c.execute("CLOSE again")
+            c.execute("COMMIT")
+        conn.execute("SELECT pg_sleep(0.5)")  # the closed push query's view goes in the background
+    assert srv.stop() == 0
+    storage = open_storage("rocksdb", str(srv.data_dir / "log"))
+    try:
+        catalog = CatalogStore(storage).snapshot()
+        assert catalog.transient == {} and set(catalog.relations) == {"accounts"}
+    finally:
+        storage.close()

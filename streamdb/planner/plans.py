@@ -202,8 +202,15 @@ class SubscribePlan(Plan):
     delta_sql: str | None  # Spark SQL over the inputs' changes, when the query is linear
     columns: tuple[Column, ...]
     snapshot: bool = False  # first send the current result as inserts (SUBSCRIBE), or only changes
+    # A query that is not linear: the materialized view that keeps its result while it runs
+    # (its relation's name and id are given when it starts); None: recomputed and diffed.
+    view: CreateViewPlan | None = None
 
     def explain(self) -> str:
+        if self.view is not None:
+            return ("Push query (incremental), maintained as a materialized view of its own while it runs; "
+                    "its changes are read from that view's log\n"
+                    + "\n".join("  " + line for line in self.view.explain().splitlines()[1:]))
         mode = "incremental (linear)" if self.delta_sql else "recompute and diff"
         return (f"Push query ({mode}), maintained on Spark by the epoch driver\n"
                 f"  Spark SQL: {self.delta_sql or self.query.spark_sql}")

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from streamdb import types as T
 from streamdb import values
-from streamdb.errors import FeatureNotSupported, InvalidParameterValue
+from streamdb.catalog import TRANSIENT
+from streamdb.errors import FeatureNotSupported, InvalidParameterValue, StreamDBError
 from streamdb.planner import query as query_planner
 from streamdb.planner.context import PlanContext
 from streamdb.planner.incremental import linear_delta_sql
 from streamdb.planner.names import normalize
 from streamdb.planner.options import property_values
-from streamdb.planner.plans import FetchPlan, SubscribePlan
+from streamdb.planner.plans import CreateViewPlan, FetchPlan, SubscribePlan
 from streamdb.runtime.api import Column
 from streamdb.sql import ast as S
 from streamdb.sql.dialect import FALSE_WORDS, TRUE_WORDS
 
 CHANGE_COLUMNS = (Column("op", T.TEXT), Column("rowtime", T.TIMESTAMPTZ))
+TRANSIENT_NAME = "subscribe"  # a push query's view; the runtime gives each its own name
 
 
 def plan_subscribe(stmt: S.Subscribe, ctx: PlanContext) -> SubscribePlan:
@@ -77,4 +81,28 @@ def plan(query: exp.Expression, ctx: PlanContext, *, snapshot: bool = False) -> 
     if not q.inputs:
         raise FeatureNotSupported("a push query must read at least one stream, table or view",
                                   hint="A query over constants never changes.")
-    return SubscribePlan(q, linear_delta_sql(q.resolved_sql, q.inputs), (*CHANGE_COLUMNS, *q.columns), snapshot)
+    delta_sql = linear_delta_sql(q.resolved_sql, q.inputs)
+    view = None if delta_sql is not None else transient_view(query, ctx, len(q.columns))
+    columns = q.columns if view is None else tuple(
+        replace(c, type=v.type) for c, v in zip(q.columns, view.relation.columns, strict=True))
+    return SubscribePlan(q, delta_sql, (*CHANGE_COLUMNS, *columns), snapshot, view)
+
+
+def transient_view(query: exp.Expression, ctx: PlanContext, width: int) -> CreateViewPlan | None:
+    """How a push query that is not linear (an aggregate, a join, a top-N) is kept: as a
+    materialized view of its own, maintained by the pipelines like any view while the query runs,
+    its changes read from the view's log (as ksqlDB's transient queries and Materialize's
+    SUBSCRIBE dataflows). Its columns are named by position: a query may repeat a name, a view
+    may not. None when no view can hold the query (parameters, ...): it is then recomputed."""
+    from streamdb.planner import create_view
+    from streamdb.sql.parser import parse_one
+
+    body = query.sql(dialect="streamdb")
+    names = ", ".join(f"c{i}" for i in range(1, width + 1))
+    sql = f"CREATE MATERIALIZED VIEW {TRANSIENT_NAME} ({names}) AS {body}"
+    try:
+        view = create_view.plan(parse_one(sql), ctx, sql)
+    except StreamDBError:
+        return None
+    relation = replace(view.relation, extra=(*view.relation.extra, (TRANSIENT, True)))
+    return replace(view, relation=relation)

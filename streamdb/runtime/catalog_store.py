@@ -19,10 +19,13 @@ META = "meta"
 META_KEY = b"catalog"
 OBJECT_PREFIX = b"\x00object:"  # connectors and sinks: b"\x00object:<kind>:<name>"
 ROLE_PREFIX = b"\x00role:"  # roles: b"\x00role:<name>"
+TRANSIENT_PREFIX = b"\x00transient:"  # push queries' views: b"\x00transient:<name>"
 
 
 def _key(rel: RelationDef) -> bytes:
-    return OBJECT_PREFIX + f"{rel.kind}:{rel.name}".encode() if rel.kind in OBJECT_KINDS else rel.name.encode()
+    if rel.kind in OBJECT_KINDS:
+        return OBJECT_PREFIX + f"{rel.kind}:{rel.name}".encode()
+    return TRANSIENT_PREFIX + rel.name.encode() if rel.transient else rel.name.encode()
 FORMAT_VERSION = 1
 
 
@@ -48,6 +51,7 @@ class CatalogStore:
         relations: dict[str, RelationDef] = {}
         objects: dict[str, RelationDef] = {}
         roles: dict[str, RoleDef] = {}
+        transient: dict[str, RelationDef] = {}
         with storage.snapshot() as snap:
             meta_raw = snap.get(META, META_KEY)
             for key, value in snap.scan(CATALOG):
@@ -58,11 +62,13 @@ class CatalogStore:
                 rel = RelationDef.from_json(json.loads(value))
                 if key.startswith(OBJECT_PREFIX):
                     objects[key[len(OBJECT_PREFIX):].decode()] = rel
+                elif key.startswith(TRANSIENT_PREFIX):
+                    transient[rel.name] = rel
                 else:
                     relations[key.decode()] = rel
         meta = json.loads(meta_raw) if meta_raw else {"next_id": 1, "version": 0, "format": FORMAT_VERSION}
         self._next_id: int = meta["next_id"]
-        self._snapshot = CatalogSnapshot(meta["version"], relations, objects, roles)
+        self._snapshot = CatalogSnapshot(meta["version"], relations, objects, roles, transient)
         self._replaced: dict[int, RelationDef] = {}
         _define_functions(self._snapshot)
 
@@ -96,10 +102,16 @@ class CatalogStore:
         next_id = self._next_id
         relations = dict(self._snapshot.relations)
         objects = dict(self._snapshot.objects)
+        transient = dict(self._snapshot.transient)
         added = []
 
         def place(rel: RelationDef) -> dict[str, RelationDef]:
-            return objects if rel.kind in OBJECT_KINDS else relations
+            return objects if rel.kind in OBJECT_KINDS else transient if rel.transient else relations
+
+        # A push query's view goes with anything it reads that is dropped or renamed (its query
+        # names it): the push query then ends with an error (ViewMaintainer._advance).
+        gone = {r.id for r in (*remove, *(old for old, _ in rename))}
+        remove = [*remove, *(t for t in transient.values() if gone & set(t.depends_on) and t not in remove)]
 
         def name_in(rel: RelationDef) -> str:
             return f"{rel.kind}:{rel.name}" if rel.kind in OBJECT_KINDS else rel.name
@@ -143,12 +155,13 @@ class CatalogStore:
         # relation in the same change (OR REPLACE, a rename onto a replaced name) must keep the put.
         put_keys = {(store, key) for store, key, _ in commit.puts}
         commit.deletes = [d for d in commit.deletes if d not in put_keys]
-        return commit, added, CatalogSnapshot(version, relations, objects, roles)
+        return commit, added, CatalogSnapshot(version, relations, objects, roles, transient)
 
     def applied(self, snapshot: CatalogSnapshot) -> None:
         """Install the snapshot of a change whose commit is durable."""
         self._next_id = max(self._next_id, max((r.id for r in (*snapshot.relations.values(),
-                                                               *snapshot.objects.values())), default=0) + 1)
+                                                               *snapshot.objects.values(),
+                                                               *snapshot.transient.values())), default=0) + 1)
         self._snapshot = snapshot
         _define_functions(snapshot)
 

@@ -74,6 +74,9 @@ class Engine:
 
             threading.Thread(target=open_gate, name="embedded-gate", daemon=True).start()
         self._drop_pending_relations()
+        from streamdb.runtime import transient_views
+
+        transient_views.drop_leftovers(self)
         self.views.start()
         self.sources.sync()
         self.sinks.sync()

@@ -481,6 +481,7 @@ class PipelineManager:
             commit = Commit()
             applied: list[tuple[int, bool, dict[int, tuple[int, ...]], int | None]] = []
             changed = False
+            errors_changed = False  # a push query reading the view fails or goes on at once
             now = dt.datetime.now(dt.UTC)
             rels = offsets.get("rels", {})
             broken: list[int] = []
@@ -554,14 +555,16 @@ class PipelineManager:
                     st.last_epoch_ms = elapsed
                     st.last_epoch_at = time.time()
                     engine.metrics.epoch_done(M.MATERIALIZED_VIEW, elapsed / 1000)
+                shown = st.error
                 self._show_errors(vid)
+                errors_changed |= st.error != shown
                 self._show_healing(vid, done)
             running.failures = 0
             running.failed = None
             for vid in broken:
                 self._show_broken(running, vid)
         # Push queries and views recomputed by the epoch driver may read these views' changes.
-        self.maintainer.progressed(wake=changed or bool(broken))
+        self.maintainer.progressed(wake=changed or bool(broken) or errors_changed)
 
     def _stage_failure(self, view_id: int, state: _ViewState, error: StreamDBError, batch_id: int, snap: Any,
                        commit: Commit) -> None:

@@ -44,6 +44,8 @@ class Subscription:
     error: StreamDBError | None = None
     closed: bool = False
     baseline: Snapshot | None = None  # recompute mode: the inputs as of the subscription
+    view_id: int | None = None  # a query that is not linear: its own view's (transient_views.py)
+    waiting: bool = False  # its view is catching up: no epoch yet
     _queue: asyncio.Queue[list[tuple[Any, ...]] | None] = field(default_factory=asyncio.Queue)
     _leftover: list[tuple[Any, ...]] = field(default_factory=list)
     _baseline_lock: threading.Lock = field(default_factory=threading.Lock)

@@ -36,6 +36,7 @@ from streamdb.errors import (
     ObjectNotInPrerequisiteState,
     QueryCanceled,
     StreamDBError,
+    UndefinedTable,
 )
 from streamdb.planner import query as query_planner
 from streamdb.planner.aggregate import IncrementalAggregate, incremental_aggregate
@@ -99,7 +100,7 @@ class ViewStatus:
 
 
 def _as_is(arrow_type: pa.DataType, t: T.SqlType) -> bool:
-    """Whether to_pylist() of this Arrow type already gives what coerce() then _normalize() would
+    """Whether to_pylist() of this Arrow type already gives what coerce() then normalize_value() would
     for a column of type `t` (a row's key is the repr of its values: they must be identical)."""
     if pa.types.is_integer(arrow_type) and not pa.types.is_unsigned_integer(arrow_type):
         width = {T.SMALLINT.oid: 16, T.INTEGER.oid: 32, T.BIGINT.oid: 64}.get(t.oid)
@@ -119,7 +120,7 @@ def _as_is(arrow_type: pa.DataType, t: T.SqlType) -> bool:
 
 def _same_values(arrow_type: pa.DataType, t: T.SqlType) -> bool:
     """Whether a column of this Arrow type holds exactly what a view column of type `t` stores
-    (coerce, _normalize and to_arrow_value would give back the same value for every row)."""
+    (coerce, normalize_value and to_arrow_value would give back the same value for every row)."""
     if arrow_type != t.arrow():
         return False
     return t.max_length is None and t not in (T.JSON, T.JSONB, T.UUID, T.INTERVAL) \
@@ -141,13 +142,13 @@ def _exact_decimal(arr: pa.ChunkedArray, t: T.SqlType) -> pa.ChunkedArray | None
         return None
 
 
-def _normalize(v: Any) -> Any:
+def normalize_value(v: Any) -> Any:
     if isinstance(v, decimal.Decimal):
         return v.normalize() if v.is_finite() else v
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC)
     if isinstance(v, list):  # arrays (array_agg, INT[] columns): rows are counted in a Counter
-        return tuple(_normalize(x) for x in v)
+        return tuple(normalize_value(x) for x in v)
     return v
 
 
@@ -272,7 +273,8 @@ def levels(views: list[RelationDef]) -> list[list[RelationDef]]:
 
 
 def topological(catalog: CatalogSnapshot) -> list[RelationDef]:
-    views = {r.id: r for r in catalog.relations.values() if r.kind == "materialized_view"}
+    views = {r.id: r for r in (*catalog.relations.values(), *catalog.transient.values())
+             if r.kind == "materialized_view"}
     order: list[RelationDef] = []
     seen: set[int] = set()
 
@@ -456,7 +458,7 @@ class ViewMaintainer:
         return plan, delta_sql, aggregate
 
     def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:
-        return tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
+        return tuple(normalize_value(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
 
     @staticmethod
     def rows_of(table: pa.Table, view: RelationDef) -> list[tuple[Any, ...]]:
@@ -471,7 +473,7 @@ class ViewMaintainer:
                 continue
             values = arrow_to_rows(table.select([i]), (Column(c.name, c.type),))
             t, name = c.type, c.name
-            columns.append([_normalize(coerce(v, t, name)) for (v,) in values])
+            columns.append([normalize_value(coerce(v, t, name)) for (v,) in values])
         return list(zip(*columns, strict=True)) if columns else [() for _ in range(table.num_rows)]
 
     @classmethod
@@ -844,7 +846,7 @@ class ViewMaintainer:
         with self.engine.storage.snapshot() as snap:
             for r in result:
                 values = [_coerce_partial(v, c) for v, c in zip(r, types, strict=True)]
-                group = tuple(_normalize(v) for v in values[:g])
+                group = tuple(normalize_value(v) for v in values[:g])
                 key = C.key_of(group)
                 raw = snap.get(store, key)
                 if raw is not None:
@@ -891,7 +893,7 @@ class ViewMaintainer:
         """count(DISTINCT): store each value not seen before in this group (one key per value);
         return how many were new."""
         new = 0
-        for value in {_normalize(v) for v in seen if v is not None}:
+        for value in {normalize_value(v) for v in seen if v is not None}:
             key = b"d" + repr((*where, value)).encode()
             if snap.get(store, key) is None:
                 commit.puts.append((store, key, b""))
@@ -929,8 +931,25 @@ class ViewMaintainer:
 
     # ---- push queries --------------------------------------------------------------------
 
-    def subscribe(self, plan: SubscribePlan) -> Subscription:
+    async def subscribe(self, plan: SubscribePlan, user: str) -> Subscription:
+        """Start a push query; returns once it has its starting point (a query that is not linear:
+        once its view holds the result, transient_views.py)."""
         sub = Subscription(plan, asyncio.get_running_loop(), self.engine.settings.subscriber_buffer_changes)
+        if plan.view is not None and self.engine.spark is not None:
+            from streamdb.runtime import transient_views
+
+            if not plan.snapshot:
+                # Its changes are those after this moment, writes made while its view starts included.
+                sub.baseline = self.engine.storage.snapshot()
+            sub.waiting = True
+            self.subscriptions[sub.id] = sub  # SHOW QUERIES lists it, starting, while its view catches up
+            try:
+                await transient_views.start(self.engine, sub, plan.view, user)
+            except BaseException:
+                self.unsubscribe(sub)
+                raise
+            self._wake.set()
+            return sub
         if plan.delta_sql is not None and not plan.snapshot:
             # Only changes from now on: start from the inputs' current ends.
             catalog = self.engine.catalog.snapshot()
@@ -949,9 +968,15 @@ class ViewMaintainer:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
+        if sub.closed:
+            return
         sub.closed = True
         self.subscriptions.pop(sub.id, None)
         sub.release_baseline()
+        if sub.view_id is not None:
+            from streamdb.runtime import transient_views
+
+            transient_views.stop(self.engine, sub)
 
     def _advance(self, sub: Subscription) -> None:
         """Compute a subscription's changes since its last epoch (in a worker thread)."""
@@ -961,6 +986,15 @@ class ViewMaintainer:
             raise ObjectNotInPrerequisiteState("push queries need Spark, which is disabled")
         catalog = engine.catalog.snapshot()
         plan = sub.plan
+        if sub.waiting:
+            return
+        if sub.view_id is not None:
+            if catalog.by_id(sub.view_id) is None:
+                raise UndefinedTable("push query ended: a relation it reads was dropped or renamed",
+                                     hint="Run the push query again.")
+            st = self.status.get(sub.view_id)
+            if st is not None and st.error is not None:
+                raise StreamDBError(f"push query failed: {st.error}", sqlstate=st.error_sqlstate or "XX000")
         if sub.baseline is not None:
             self._advance_baseline(sub, catalog)
         with engine.storage.snapshot() as snap:
@@ -969,22 +1003,28 @@ class ViewMaintainer:
             if sub.started and offsets == sub.processed:
                 return
             snapshot = plan.snapshot and not sub.started  # this epoch's changes are the current result
-            tables, offsets = self._query_inputs(plan.query, plan.delta_sql is not None, sub.processed, catalog, snap)
-            spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
-            started = time.monotonic()
             changes: list[tuple[tuple[Any, ...], int]] = []
-            try:
-                answer = spark.run_query(plan.delta_sql or plan.query.spark_sql, tables)
-            except StreamDBError:
-                engine.metrics.spark_failed(M.PUSH_QUERY)
-                raise
+            started = time.monotonic()
+            if sub.view_id is not None:
+                # Its own view's changes, as they are (transient_views.py): no Spark job to read them.
+                answer, offsets = self._view_changes(sub.view_id, sub.processed, catalog, snap)
+            else:
+                tables, offsets = self._query_inputs(plan.query, plan.delta_sql is not None, sub.processed,
+                                                     catalog, snap)
+                spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
+                started = time.monotonic()
+                try:
+                    answer = spark.run_query(plan.delta_sql or plan.query.spark_sql, tables)
+                except StreamDBError:
+                    engine.metrics.spark_failed(M.PUSH_QUERY)
+                    raise
             if plan.delta_sql is not None:
                 weights: Counter[tuple[Any, ...]] = Counter()
                 for r in arrow_to_rows(answer, (*plan.query.columns, _WEIGHT_COLUMN)):
-                    weights[tuple(_normalize(v) for v in r[:-1])] += r[-1]
+                    weights[tuple(normalize_value(v) for v in r[:-1])] += r[-1]
                 changes = [(row, w) for row, w in weights.items() if w]
             else:
-                result = Counter(tuple(_normalize(v) for v in r) for r in arrow_to_rows(
+                result = Counter(tuple(normalize_value(v) for v in r) for r in arrow_to_rows(
                     answer, plan.query.columns))
                 previous = sub.previous if sub.previous is not None else Counter()
                 if sub.started or plan.snapshot:
@@ -998,22 +1038,37 @@ class ViewMaintainer:
         engine.metrics.epoch_done(M.PUSH_QUERY, sub.last_epoch_ms / 1000)
         sub.deliver(changes, dt.datetime.now(dt.UTC), snapshot=snapshot)
 
+    def _view_changes(self, view_id: int, processed: dict[int, tuple[int, ...]], catalog: CatalogSnapshot,
+                      snap: Any) -> tuple[pa.Table, dict[int, tuple[int, ...]]]:
+        """A view's changes since `processed` (its columns, then their weights) and its log's end."""
+        view = catalog.by_id(view_id)
+        assert view is not None
+        names = [c.name for c in view.columns]
+        delta = C.consolidated(self.engine.reader.read_delta(view, snap, processed.get(view_id, ())), names)
+        return delta.select([*names, WEIGHT]), {view_id: self.engine.reader.end_offsets(view, snap)}
+
     def _advance_baseline(self, sub: Subscription, catalog: CatalogSnapshot) -> None:
         """A recomputed subscription's first result, at the snapshot taken when it began."""
+        baseline = self.baseline_result(sub, sub.plan.query, catalog)
+        if baseline is not None:
+            sub.previous, sub.processed = baseline
+            sub.started = True
+
+    def baseline_result(self, sub: Subscription, query: QueryPlan, catalog: CatalogSnapshot,
+                        ) -> tuple[Counter[tuple[Any, ...]], dict[int, tuple[int, ...]]] | None:
+        """The query's result over the snapshot taken when the push query began (run once, from
+        the whole inputs), and the inputs' offsets then; None when it was taken already."""
         spark = self.engine.spark
         snap = sub.take_baseline()
         if spark is None or snap is None:
-            return
-        plan = sub.plan
+            return None
         try:
-            tables, offsets = self._query_inputs(plan.query, False, {}, catalog, snap)
+            tables, offsets = self._query_inputs(query, False, {}, catalog, snap)
         finally:
             snap.close()
         spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
-        answer = spark.run_query(plan.query.spark_sql, tables)
-        sub.previous = Counter(tuple(_normalize(v) for v in r) for r in arrow_to_rows(answer, plan.query.columns))
-        sub.processed = offsets
-        sub.started = True
+        answer = spark.run_query(query.spark_sql, tables)
+        return Counter(tuple(normalize_value(v) for v in r) for r in arrow_to_rows(answer, query.columns)), offsets
 
     # ---- FLUSH and status ----------------------------------------------------------------
 
@@ -1036,7 +1091,8 @@ class ViewMaintainer:
         other views are done).
         """
         catalog = self.engine.catalog.snapshot()
-        views = topological(catalog)
+        # Push queries' views only when named: they have their own readers, FLUSH is for the user's.
+        views = [v for v in topological(catalog) if not v.transient or (only is not None and v.id in only)]
         if only is not None:
             wanted = set(only)
             for v in reversed(views):

@@ -197,7 +197,7 @@ def _format_lines(plan: CopyToPlan, cols: tuple, rows: list[tuple[Any, ...]]) ->
 async def _execute_to_stream(plan: CopyToPlan, ctx: ExecContext) -> ExecutionResult:
     assert plan.subscribe is not None
     views = ctx.engine.views
-    sub = views.subscribe(plan.subscribe)
+    sub = await views.subscribe(plan.subscribe, ctx.session.user)
     cols = plan.subscribe.columns
 
     async def lines() -> AsyncIterator[list[tuple[Any, ...]]]:

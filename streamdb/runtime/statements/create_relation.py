@@ -116,14 +116,14 @@ async def _replace_view(ctx: ExecContext, rel: RelationDef, tag: str) -> Executi
             # Shielded: a statement timeout landing in this commit left the staging view in the
             # catalog with nothing to remove it (seen under load; after a restart the view read
             # rows of another layout).
-            adding = asyncio.ensure_future(_commit_and_apply(engine, commit, snapshot))
+            adding = asyncio.ensure_future(commit_and_apply(engine, commit, snapshot))
             await asyncio.shield(adding)
         # Fails, and removes the staging view, if the new definition cannot be computed.
         await _hydrate(ctx, staging.name, tag, shown_name=rel.name)
     except BaseException:
         # A timeout or a cancelled statement too: the old view stays, the new one must not linger.
         if adding is not None:
-            await asyncio.shield(_remove_once_added(adding, engine, staging.id))
+            await asyncio.shield(remove_once_added(adding, engine, staging.id))
         raise
     async with engine.ddl_lock:
         catalog = engine.catalog.snapshot()
@@ -178,21 +178,21 @@ async def drop_pending(engine: Any, rel_ids: list[int]) -> None:
         engine.catalog.forget_replaced(rel_id)
 
 
-async def _commit_and_apply(engine: Any, commit: Any, snapshot: Any) -> None:
+async def commit_and_apply(engine: Any, commit: Any, snapshot: Any) -> None:
     await engine.storage.commit_async(commit)
     engine.catalog.applied(snapshot)
 
 
-async def _remove_once_added(adding: asyncio.Future[None], engine: Any, rel_id: int) -> None:
+async def remove_once_added(adding: asyncio.Future[None], engine: Any, rel_id: int) -> None:
     """Remove a staging view once the commit that adds it is done (if it was done at all)."""
     try:
         await adding
     except Exception:  # noqa: BLE001 - the add failed: there is nothing to remove
         return
-    await _remove_if_present(engine, rel_id)
+    await remove_if_present(engine, rel_id)
 
 
-async def _remove_if_present(engine: Any, rel_id: int) -> None:
+async def remove_if_present(engine: Any, rel_id: int) -> None:
     async with engine.ddl_lock:
         rel = engine.catalog.snapshot().by_id(rel_id)
         if rel is not None:

@@ -29,7 +29,7 @@ async def declare(plan: DeclareCursorPlan, ctx: ExecContext) -> ExecutionResult:
         raise InvalidCursorName(f'cursor "{plan.name}" already exists', sqlstate="42P03")
     inner = plan.inner
     if isinstance(inner, SubscribePlan):
-        cursor = Cursor(plan.name, inner.columns, subscription=ctx.engine.views.subscribe(inner))
+        cursor = Cursor(plan.name, inner.columns, subscription=await ctx.engine.views.subscribe(inner, ctx.session.user))
     else:
         assert isinstance(inner, QueryPlan)
         cursor = Cursor(plan.name, inner.columns, rows=await query.run(ctx.engine, inner, ctx.info))

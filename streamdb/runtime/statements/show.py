@@ -100,13 +100,20 @@ async def execute_objects(plan: ShowObjectsPlan, ctx: ExecContext) -> ExecutionR
                          status, st.epochs if st else 0, lag,
                          count, st.last_epoch_ms if st else None, st.error if st else None, late,
                          (f"pipeline {st.pipeline}" if st.pipeline else st.spark_job) if st else None))
+        catalog = ctx.engine.catalog.snapshot()
         for sub in list(views.subscriptions.values()):
             status = "failed" if sub.error else ("running" if sub.started else "starting")
-            status += " (incremental)" if sub.plan.delta_sql else " (recompute)"
+            status += " (incremental)" if sub.plan.delta_sql or sub.view_id is not None else " (recompute)"
             inputs = tuple(i.relation_id for i in sub.plan.query.inputs if i.relation_id is not None)
+            runs_on = "own"
+            view = catalog.by_id(sub.view_id) if sub.view_id is not None else None
+            if view is not None:  # it reads its own view's changes (transient_views.py)
+                inputs = view.depends_on
+                st = views.status.get(view.id)
+                runs_on = f"pipeline {st.pipeline}" if st is not None and st.pipeline else "own"
             rows.append((f"push query {sub.id}", "push query", status, sub.epochs, None, sub.unread,
                          sub.last_epoch_ms, sub.error.message if sub.error else None, _late_events(ctx, inputs),
-                         "own"))
+                         runs_on))
         return ExecutionResult(f"SELECT {len(rows)}", columns=SHOW_COLUMNS[plan.kind], rows=rows)
     if plan.kind == "ALL":
         rows = [(r.name, r.shown_kind.replace("_", " ")) for r in rels]

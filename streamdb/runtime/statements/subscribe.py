@@ -19,7 +19,7 @@ async def execute(plan: SubscribePlan, ctx: ExecContext) -> ExecutionResult:
 
         return await copy.execute_to(CopyToPlan(plan.query, "text", "\t", "\\N", False, subscribe=plan), ctx)
     views = ctx.engine.views
-    sub = views.subscribe(plan)
+    sub = await views.subscribe(plan, ctx.session.user)
 
     async def rows() -> AsyncIterator[list[tuple[Any, ...]]]:
         try:
