@@ -290,7 +290,8 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
     """Functions and casts that answered otherwise than PostgreSQL 15 (found by probing): round()
     of a numeric literal rounded half to even (2 for 2.5, as a double), substr() counted a start
     below 1 from the end, to_hex() was uppercase, text cast to an integer took '1.5' (as 2), and
-    text cast to boolean refused 'on' and 'off', to_char's Dy and Mon printed '5y Mon', and
+    text cast to boolean refused 'on' and 'off', a text integer out of its type's range was 22P02
+    (not 22003), to_char's Dy and Mon printed '5y Mon', and
     octet_length(text) and every() did not exist.
     Rows, column names and types, or SQLSTATE and message, on both engines."""
     t = f"bi_{unique}"
@@ -302,6 +303,8 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         f"SELECT id, substr(s, a, n), substr(s, a) FROM {t} ORDER BY id",
         "SELECT to_hex(255), to_hex(4096)",
         "SELECT '1.5'::int", "SELECT ' -7 '::int, '12'::bigint, '+3'::smallint", "SELECT 'abc'::int",
+        "SELECT '99999999999'::int", "SELECT '-32769'::smallint", "SELECT '99999999999999999999'::bigint",
+        "SELECT ' 2147483647 '::int, '-9223372036854775808'::bigint",
         f"SELECT id, s::int FROM {t} WHERE id = 3",
         f"SELECT id, s::int FROM {t} ORDER BY id",
         "SELECT 'off'::boolean, ' Yes '::boolean, 'tr'::boolean, '0'::boolean, 'F'::boolean",

@@ -65,6 +65,9 @@ def test_a_spark_error_inside_a_streaming_failure_keeps_its_sqlstate(text, error
      "instead. SQLSTATE: 22012", "22012", "division by zero"),
     ("[CAST_INVALID_INPUT] The value 'abc' of the type \"STRING\" cannot be cast to \"INT\" because it is "
      "malformed. SQLSTATE: 22018", "22P02", 'invalid input syntax for type integer: "abc"'),
+    # An integer, too big for its type: PostgreSQL's reading of the text says 22003.
+    ("[CAST_INVALID_INPUT] The value '99999999999' of the type \"STRING\" cannot be cast to \"INT\" because "
+     "it is malformed. SQLSTATE: 22018", "22003", 'value "99999999999" is out of range for type integer'),
     # A data exception not mapped one by one keeps the SQL standard's state Spark gives it.
     ("[SOME_NEW_CONDITION] The value is bad. SQLSTATE: 22023", "22023", "The value is bad."),
     ("java.lang.IllegalStateException: boom", "XX000", "java.lang.IllegalStateException: boom"),

@@ -47,9 +47,13 @@ def macro_definitions() -> list[str]:
         # planner/query.raise_call: PostgreSQL's error, 'SQLSTATE:message' (embedded.translate_error).
         "CREATE OR REPLACE MACRO sdb_raise(m) AS error(m)",
         # planner/query._duckdb_integer_text: text to an integer as PostgreSQL reads it.
-        "CREATE OR REPLACE MACRO sdb_integer_text(s, t) AS (CASE WHEN s IS NULL "
-        "OR regexp_full_match(s, '\\s*[+-]?[0-9]+\\s*') THEN s "
-        "ELSE error('22P02:invalid input syntax for type ' || t || ': \"' || s || '\"') END)",
+        "CREATE OR REPLACE MACRO sdb_integer_text(s, t) AS (CASE WHEN s IS NULL THEN s "
+        "WHEN NOT regexp_full_match(s, '\\s*[+-]?[0-9]+\\s*') "
+        "THEN error('22P02:invalid input syntax for type ' || t || ': \"' || s || '\"') "
+        "WHEN TRY_CAST(trim(s) AS HUGEINT) IS NULL OR TRY_CAST(trim(s) AS HUGEINT) NOT BETWEEN "
+        "(CASE t WHEN 'smallint' THEN -32768 WHEN 'integer' THEN -2147483648 ELSE -9223372036854775808 END) "
+        "AND (CASE t WHEN 'smallint' THEN 32767 WHEN 'integer' THEN 2147483647 ELSE 9223372036854775807 END) "
+        "THEN error('22003:value \"' || s || '\" is out of range for type ' || t) ELSE s END)",
         # planner/query.SECONDS_FUNCTION: seconds with their fraction (EXTRACT(SECOND) drops it).
         "CREATE OR REPLACE MACRO sdb_seconds(t) AS (EXTRACT(MICROSECONDS FROM t) / 1000000.0)",
         "CREATE OR REPLACE MACRO sdb_pg_encoding_to_char(e) AS (CASE WHEN e IS NULL THEN NULL "

@@ -272,8 +272,14 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
                 cls = candidate
                 break
     if condition == "CAST_INVALID_INPUT" and (m := _CAST_INVALID.search(message)) and m.group(2) in _CAST_TARGETS:
-        # Postgres's words for the same failure, as a view whose cast is carried as data says it.
-        error = values.invalid_input(_CAST_TARGETS[m.group(2)], m.group(1))
+        # Postgres's words for the same failure, as a view whose cast is carried as data says it:
+        # its own reading of the text says which (22P02, or 22003 for '99999999999'::int).
+        target, text = _CAST_TARGETS[m.group(2)], m.group(1)
+        error = values.invalid_input(target, text)
+        try:
+            values.parse_text(text, target)
+        except StreamDBError as refused:
+            error = refused
         error.detail = detail
         return error
     if cls is None and type_name == "ParseException":
