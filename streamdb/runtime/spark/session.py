@@ -275,7 +275,7 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
         # Postgres's words for the same failure, as a view whose cast is carried as data says it:
         # its own reading of the text says which (22P02, or 22003 for '99999999999'::int).
         target, text = _CAST_TARGETS[m.group(2)], m.group(1)
-        error = values.invalid_input(target, text)
+        error: StreamDBError = values.invalid_input(target, text)
         try:
             values.parse_text(text, target)
         except StreamDBError as refused:
