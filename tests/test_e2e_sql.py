@@ -291,8 +291,8 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
     of a numeric literal rounded half to even (2 for 2.5, as a double), substr() counted a start
     below 1 from the end, to_hex() was uppercase, text cast to an integer took '1.5' (as 2), and
     text cast to boolean refused 'on' and 'off', a text integer out of its type's range was 22P02
-    (not 22003), to_char's Dy and Mon printed '5y Mon', and
-    octet_length(text) and every() did not exist.
+    (not 22003), to_char's Dy and Mon printed '5y Mon', octet_length(text), every() and
+    width_bucket() did not exist, and sign(), gcd(), lcm() and ntile() had other result types.
     Rows, column names and types, or SQLSTATE and message, on both engines."""
     t = f"bi_{unique}"
     statements = [
@@ -314,6 +314,14 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         f"'YYYY-MM-DD HH24:MI:SS Dy Mon, FMDay FMMonth') FROM {t} ORDER BY id",
         f"SELECT octet_length(s), length(s), octet_length('héllo') FROM {t} ORDER BY id",
         f"SELECT every(id > 0), every(id > 1), bool_and(id > 0) FROM {t}",
+        "SELECT width_bucket(5.35, 0.024, 10.06, 5), width_bucket(-1, 0, 10, 5), width_bucket(11, 0, 10, 5), "
+        "width_bucket(5.0::float8, 0, 10, 4)",
+        "SELECT width_bucket(10, 0, 10, 5), width_bucket(0, 0, 10, 5), width_bucket(3, 10, 0, 5), "
+        "width_bucket(NULL, 0, 10, 5), width_bucket(NULL, 0, 10, 0)",
+        "SELECT width_bucket(1, 5, 5, 3)", "SELECT width_bucket(1, 0, 10, 0)",
+        f"SELECT id, width_bucket(a, -1, 3, 2), width_bucket(id, 4, 0, n) FROM {t} ORDER BY id",
+        "SELECT sign(-3), sign(2.5), sign(0::float8), gcd(12, 18), lcm(4, 6), gcd(12::bigint, 18)",
+        f"SELECT id, sign(a), gcd(id, 6), lcm(id, 4), ntile(3) OVER (ORDER BY id) FROM {t} ORDER BY id",
     ]
 
     def answer(c, sql: str) -> tuple:

@@ -833,6 +833,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     refuse_casts_postgresql_lacks(query, inputs)
     refuse_comparisons_postgresql_lacks(query, inputs)
     _mark_from_types(query, inputs)
+    _postgresql_numbering(query)
     _math_domain_errors(query)
     _fractional_seconds(query)
     _substrings_from_one(query)
@@ -1114,7 +1115,8 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
     sum(interval) (meta `interval_sum`, for _duckdb_interval_sums), round(x) and integer casts of
     doubles (meta `float_round`) and percentile_cont of numbers (meta `double_percentile`) are
     marked for each engine's copy."""
-    nodes = list(query.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub))
+    kinds = (exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub, exp.Sign, exp.Anonymous)
+    nodes = [n for n in query.find_all(*kinds) if not isinstance(n, exp.Anonymous) or _is_gcd_or_lcm(n)]
     if not nodes:
         return
     for i, n in enumerate(nodes):
@@ -1125,12 +1127,25 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         return
     casts: list[tuple[exp.Expr, str]] = []
     casts_to_boolean: list[exp.Expr] = []
-    for n in typed.find_all(exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub):
+    for n in typed.find_all(*kinds):
         found = n.meta.get("typed_id")
         if not isinstance(found, int):
             continue
         node = nodes[found]
-        if isinstance(n, exp.Sub):
+        if isinstance(n, exp.Sign):
+            # PostgreSQL's sign() takes a double or a numeric, and gives the same (both engines: a
+            # tinyint); an integer argument is taken as a double. Only where the argument's type is
+            # certain: sqlglot types a VALUES column of 1.5 as a double.
+            t = certain_type(n.this) if n.this is not None else None
+            if t is not None and (t.this in exp.DataType.INTEGER_TYPES or (
+                    t.this in (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT) and not isinstance(n.this, exp.Column))):
+                casts.append((node, "DOUBLE"))
+            elif t is not None and t.this is exp.DataType.Type.DECIMAL:
+                casts.append((node, "NUMERIC"))
+        elif isinstance(n, exp.Anonymous):
+            if all(_small_integer(a) for a in n.expressions):  # gcd, lcm of integers: an integer
+                casts.append((node, "INT"))
+        elif isinstance(n, exp.Sub):
             if _is_date(n.this) and _is_date(n.expression):
                 casts.append((node, "INT"))
         elif isinstance(n, exp.Sum):
@@ -1157,6 +1172,45 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
         node.replace(cast)
         cast.set("this", node)
+
+
+def _is_gcd_or_lcm(node: exp.Anonymous) -> bool:
+    return node.name.lower() in ("gcd", "lcm") and len(node.expressions) == 2
+
+
+def _postgresql_numbering(query: exp.Expression) -> None:
+    """ntile() is an integer in PostgreSQL (a bigint in both engines), and width_bucket() (which
+    neither engine has) PostgreSQL's equal-width histogram bucket: 0 below the range, count + 1
+    at or above its end, 2201G for a count below 1 or an empty range. Mutates `query`."""
+    for window in [w for w in query.find_all(exp.Window) if isinstance(w.this, exp.Ntile)]:
+        if not isinstance(window.parent, exp.Cast):
+            cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("INT"))
+            window.replace(cast)
+            cast.set("this", window)
+    for node in list(query.find_all(exp.WidthBucket)):
+        parts = {"__op": node.this, "__lo": node.args.get("min_value"), "__hi": node.args.get("max_value"),
+                 "__n": node.args.get("num_buckets")}
+        if any(v is None for v in parts.values()):
+            continue
+        bucket = _WIDTH_BUCKET.copy().transform(
+            lambda n, parts=parts: parts[n.name].copy() if isinstance(n, exp.Column) and n.name in parts else n)
+        for call in bucket.find_all(exp.Anonymous):
+            if call.name == "__raise":
+                sqlstate, message = call.expressions[0].name, call.expressions[1].name
+                call.replace(raise_call(sqlstate, message))
+        bucket.meta[SQL_NAME] = "width_bucket"
+        node.replace(bucket)
+
+
+_WIDTH_BUCKET = sqlglot.parse_one(
+    "CAST(CASE WHEN __op IS NULL OR __lo IS NULL OR __hi IS NULL OR __n IS NULL THEN NULL "
+    "WHEN __n <= 0 THEN __raise('2201G', 'count must be greater than zero') "
+    "WHEN __lo = __hi THEN __raise('2201G', 'lower bound cannot equal upper bound') "
+    "WHEN __lo < __hi THEN CASE WHEN __op < __lo THEN 0 WHEN __op >= __hi THEN __n + 1 "
+    "ELSE CAST(FLOOR(CAST(__op - __lo AS DOUBLE) * __n / CAST(__hi - __lo AS DOUBLE)) AS INT) + 1 END "
+    "ELSE CASE WHEN __op > __lo THEN 0 WHEN __op <= __hi THEN __n + 1 "
+    "ELSE CAST(FLOOR(CAST(__lo - __op AS DOUBLE) * __n / CAST(__lo - __hi AS DOUBLE)) AS INT) + 1 END END AS INT)",
+    read="postgres")
 
 
 # PostgreSQL's boolean input: these words and every prefix of them that is not ambiguous, in any
@@ -1715,8 +1769,37 @@ def _spark_raises_and_logs(query: exp.Expression) -> exp.Expression:
     return query.transform(fix)
 
 
+# Euclid's algorithm in Spark SQL (which has no gcd): 93 steps are enough for any two bigints
+# (consecutive Fibonacci numbers are the worst case).
+_SPARK_GCD = sqlglot.parse_one(
+    "aggregate(sequence(1, 93), named_struct('a', abs(CAST(__x AS BIGINT)), 'b', abs(CAST(__y AS BIGINT))), "
+    "(acc, i) -> IF(acc.b = 0, acc, named_struct('a', acc.b, 'b', acc.a % acc.b)), acc -> acc.a)", read="spark")
+
+
+def _spark_gcd_lcm(query: exp.Expression) -> exp.Expression:
+    """gcd() and lcm() of integers, which Spark lacks."""
+    def gcd(x: exp.Expression, y: exp.Expression) -> exp.Expression:
+        return _SPARK_GCD.copy().transform(
+            lambda n: (x if n.name == "__x" else y).copy() if isinstance(n, exp.Column) and n.name in ("__x", "__y") else n)
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if not (isinstance(node, exp.Anonymous) and _is_gcd_or_lcm(node)):
+            return node
+        x, y = node.expressions
+        if node.name.lower() == "gcd":
+            return gcd(x, y)
+        big_x, big_y = (exp.Cast(this=v.copy(), to=exp.DataType.build("BIGINT")) for v in (x, y))
+        product = exp.Mul(this=exp.IntDiv(this=big_x, expression=gcd(x, y)), expression=big_y)
+        return exp.Case(ifs=[exp.If(this=exp.or_(exp.EQ(this=x.copy(), expression=exp.Literal.number(0)),
+                                                  exp.EQ(this=y.copy(), expression=exp.Literal.number(0))),
+                                    true=exp.Literal.number(0))],
+                        default=exp.Abs(this=product))
+
+    return query.transform(fix)
+
+
 _SPARK_REWRITES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
-    _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
+    _spark_gcd_lcm, _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
     _spark_series_tables, _spark_distinct_on_order, spark_float_rounds, _spark_epochs, _spark_array_aggs,
     _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts,
 )
