@@ -400,7 +400,7 @@ def test_a_push_query_over_a_join_and_aggregate_runs_on_a_view_of_its_own(server
         rows = fetch_until(c, "pj", Counter(), recomputed())
         assert rows == recomputed()
         [listed] = [q for q in push_queries(conn)]
-        assert listed[2] == "running (incremental)" and listed[9].startswith("pipeline depth-")
+        assert listed[2] == "running (incremental)" and listed[9].startswith("pipeline push-")
         # Its view is nobody's to see, list or drop.
         assert [r for r in conn.execute("SHOW MATERIALIZED VIEWS").fetchall() if r[0].startswith("subscribe")] == []
         assert conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'subscribe%'").fetchone() == (0,)
@@ -476,9 +476,12 @@ def test_a_push_querys_view_does_not_outlive_a_crash(fresh_server):
     c.execute("BEGIN")
     c.execute(f"DECLARE running CURSOR FOR {query}")
     assert len(c.execute("FETCH ALL running WITH (timeout = '30s')").fetchall()) == 2
+    pipelines = srv.data_dir / "spark" / "pipelines"
+    [left] = list(pipelines.glob("push-*"))  # its own pipeline's checkpoint, state included
     srv.kill9()
     c.close()
     srv.restart()
+    assert not left.exists()
     with srv.connect() as conn:
         assert not push_queries(conn)
         conn.execute("INSERT INTO accounts VALUES (3, 'pro')")
@@ -487,9 +490,14 @@ def test_a_push_querys_view_does_not_outlive_a_crash(fresh_server):
             c.execute(f"DECLARE again CURSOR FOR {query}")
             assert fold(c.execute("FETCH ALL again WITH (timeout = '30s')").fetchall()) == \
                 Counter([("free", 1), ("pro", 2)])
+            assert len(list(pipelines.glob("push-*"))) == 1
             c.execute("CLOSE again")
             c.execute("COMMIT")
-        conn.execute("SELECT pg_sleep(0.5)")  # the closed push query's view goes in the background
+        # The closed push query's view goes in the background, and its pipeline with it.
+        deadline = time.monotonic() + 60
+        while list(pipelines.glob("push-*")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(pipelines.glob("push-*")) == []
     assert srv.stop() == 0
     storage = open_storage("rocksdb", str(srv.data_dir / "log"))
     try:

@@ -8,6 +8,7 @@ engine's DDL lock; readers take immutable snapshots.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from streamdb import udf
@@ -70,6 +71,9 @@ class CatalogStore:
         self._next_id: int = meta["next_id"]
         self._snapshot = CatalogSnapshot(meta["version"], relations, objects, roles, transient)
         self._replaced: dict[int, RelationDef] = {}
+        # Called after each change is installed (from any thread): the view maintainer looks again,
+        # so a push query whose view a DROP took ends at once, not at the next write.
+        self.listeners: list[Callable[[], None]] = []
         _define_functions(self._snapshot)
 
     def snapshot(self) -> CatalogSnapshot:
@@ -164,6 +168,8 @@ class CatalogStore:
                                                                *snapshot.transient.values())), default=0) + 1)
         self._snapshot = snapshot
         _define_functions(snapshot)
+        for listener in self.listeners:
+            listener()
 
 
 def _define_functions(snapshot: CatalogSnapshot) -> None:

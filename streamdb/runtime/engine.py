@@ -43,6 +43,7 @@ class Engine:
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.sessions: dict[int, object] = {}
         self.views = ViewMaintainer(self)
+        self.catalog.listeners.append(lambda: self.views.progressed(wake=True))
         from streamdb.runtime.connectors.manager import SourceManager
 
         self.sources = SourceManager(self)
@@ -77,6 +78,7 @@ class Engine:
         from streamdb.runtime import transient_views
 
         transient_views.drop_leftovers(self)
+        self.views.pipelines.drop_push_checkpoints()
         self.views.start()
         self.sources.sync()
         self.sinks.sync()

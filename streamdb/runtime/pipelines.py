@@ -2,7 +2,8 @@
 
 Views whose query has a dataflow (planner/dataflow.py) are maintained by Spark Structured
 Streaming pipelines (runtime/spark/pipeline.py): one per number of stateful layers, so a new
-view restarts only the pipeline of its depth. For each view the manager keeps, in the view's
+view restarts only the pipeline of its depth (a push query's view runs in one of its own,
+`PUSH_PIPELINES`, removed with its checkpoint when the push query ends). For each view the manager keeps, in the view's
 stored progress (`view:<id>` in the meta store, beside the epoch driver's fields):
 
 - `ops_base`: the ids of its operator instances, whose state lives in Spark's state store;
@@ -25,6 +26,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import shutil
 import threading
 import time
 import weakref
@@ -160,6 +162,21 @@ def _state_rows_key(depth: int) -> bytes:
     return f"pipeline-state-rows:{depth}".encode()
 
 
+# Pipelines are keyed by their views' depth, but a push query's view (transient_views.py) runs
+# in a pipeline of its own, keyed from here on: starting it restarts no one else's pipeline, and
+# its operator state goes with its checkpoint when the push query ends (a dropped view's state
+# otherwise stays in its depth's state store).
+PUSH_PIPELINES = 1 << 30
+
+
+def pipeline_key(view: RelationDef, dataflow: D.Dataflow) -> int:
+    return PUSH_PIPELINES + view.id if view.transient else dataflow.depth()
+
+
+def pipeline_name(key: int) -> str:
+    return f"push-{key - PUSH_PIPELINES}" if key >= PUSH_PIPELINES else f"depth-{key}"
+
+
 def _micros(value: Any) -> int | None:
     from streamdb.runtime.views import _aware
 
@@ -245,10 +262,10 @@ class PipelineManager:
                 if strategy.dataflow is None:
                     st.pipeline = None
                     continue
-                depth = strategy.dataflow.depth()
+                depth = pipeline_key(view, strategy.dataflow)
                 wanted.setdefault(depth, {})[view.id] = strategy.dataflow
                 owned.add(view.id)
-                st.pipeline = f"depth-{depth}"
+                st.pipeline = pipeline_name(depth)
             self._owned = owned
             now = time.monotonic()
             for depth in sorted(set(wanted) | set(self._running)):
@@ -282,11 +299,15 @@ class PipelineManager:
         from streamdb.runtime.spark.pipeline import StreamingPipeline, ViewFlow
 
         t0 = time.monotonic()
+        name = pipeline_name(depth)
         if running is not None:
             running.pipeline.stop()
             del self._running[depth]
-        log.info("pipeline depth-%d: stopped in %.0f ms", depth, (time.monotonic() - t0) * 1000)
+        log.info("pipeline %s: stopped in %.0f ms", name, (time.monotonic() - t0) * 1000)
         if not views:
+            if depth >= PUSH_PIPELINES:  # its push query ended: its state goes with its checkpoint
+                shutil.rmtree(self._checkpoint(depth), ignore_errors=True)
+                self.engine.storage.commit(Commit(deletes=[(META, _state_rows_key(depth))]))
             return
         engine = self.engine
         checkpoint = self._checkpoint(depth)
@@ -352,7 +373,7 @@ class PipelineManager:
                      if (rel := catalog.by_id(rid)) is not None}
         spark = engine.spark
         assert spark is not None
-        pipeline = StreamingPipeline(spark.session(), f"depth-{depth}", checkpoint, partial(self._on_batch, depth),
+        pipeline = StreamingPipeline(spark.session(), name, checkpoint, partial(self._on_batch, depth),
                                      partial(self._on_failure, depth))
         entry = _Running(depth, pipeline, key, views, state_rows=state_rows)
         if running is not None:
@@ -362,11 +383,12 @@ class PipelineManager:
         self._running[depth] = entry
         try:
             t1 = time.monotonic()
-            pipeline.start(relations, flows, depth, self._log_spec())
-            log.info("pipeline depth-%d: %d views, started in %.0f ms", depth, len(flows),
+            layers = depth if depth < PUSH_PIPELINES else max(df.depth() for df in views.values())
+            pipeline.start(relations, flows, layers, self._log_spec())
+            log.info("pipeline %s: %d views, started in %.0f ms", name, len(flows),
                      (time.monotonic() - t1) * 1000)
         except StreamDBError as e:
-            log.warning("pipeline depth-%d did not start: %s", depth, e.message)
+            log.warning("pipeline %s did not start: %s", name, e.message)
             self._on_failure(depth, e)
 
     def _allocate_ops(self, snap: Any, commit: Commit) -> int:
@@ -383,7 +405,16 @@ class PipelineManager:
         return base
 
     def _checkpoint(self, depth: int) -> Path:
-        return Path(self.engine.settings.data_dir) / "spark" / "pipelines" / f"depth-{depth}"
+        return self._checkpoints() / pipeline_name(depth)
+
+    def _checkpoints(self) -> Path:
+        return Path(self.engine.settings.data_dir) / "spark" / "pipelines"
+
+    def drop_push_checkpoints(self) -> None:
+        """At start: the checkpoints of push queries' pipelines a restart left (their views are
+        gone, transient_views.drop_leftovers)."""
+        for path in self._checkpoints().glob("push-*"):
+            shutil.rmtree(path, ignore_errors=True)
 
     def _log_spec(self) -> LogReaderSpec:
         settings = self.engine.settings
@@ -741,7 +772,7 @@ class PipelineManager:
             st = self.maintainer.status_of(vid)
             st.error, st.error_sqlstate = error.message, error.sqlstate
             st.error_in_rows = False
-        log.warning("pipeline depth-%d failed (retry in %.0fs): %s", depth, delay, error.message)
+        log.warning("pipeline %s failed (retry in %.0fs): %s", pipeline_name(depth), delay, error.message)
         self.maintainer.progressed(wake=True)
 
     def release_failed(self, view_id: int) -> set[int]:
@@ -769,10 +800,10 @@ class PipelineManager:
 
     def state_rows(self) -> dict[str, int]:
         """Entries each pipeline keeps in Spark's state stores, as of its last committed batch."""
-        return {f"depth-{r.depth}": r.state_rows for r in self._running.values() if r.state_rows is not None}
+        return {pipeline_name(r.depth): r.state_rows for r in self._running.values() if r.state_rows is not None}
 
     def describe(self) -> list[tuple[str, int, bool, int]]:
         """(pipeline, views, active, batches) of each pipeline, for SHOW PIPELINES-like output."""
-        return [(f"depth-{r.depth}", len(r.views), bool(r.pipeline.active), r.pipeline.batches)
+        return [(pipeline_name(r.depth), len(r.views), bool(r.pipeline.active), r.pipeline.batches)
                 for r in self._running.values()]
 
