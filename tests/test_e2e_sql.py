@@ -292,7 +292,8 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
     below 1 from the end, to_hex() was uppercase, text cast to an integer took '1.5' (as 2), and
     text cast to boolean refused 'on' and 'off', a text integer out of its type's range was 22P02
     (not 22003), to_char's Dy and Mon printed '5y Mon', octet_length(text), every() and
-    width_bucket() did not exist, and sign(), gcd(), lcm() and ntile() had other result types.
+    width_bucket() did not exist, sign(), gcd(), lcm() and ntile() had other result types, and
+    PostgreSQL's array text ('{1,2,3}'::int[]) was refused.
     Rows, column names and types, or SQLSTATE and message, on both engines."""
     t = f"bi_{unique}"
     statements = [
@@ -322,6 +323,9 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         f"SELECT id, width_bucket(a, -1, 3, 2), width_bucket(id, 4, 0, n) FROM {t} ORDER BY id",
         "SELECT sign(-3), sign(2.5), sign(0::float8), gcd(12, 18), lcm(4, 6), gcd(12::bigint, 18)",
         f"SELECT id, sign(a), gcd(id, 6), lcm(id, 4), ntile(3) OVER (ORDER BY id) FROM {t} ORDER BY id",
+        "SELECT '{1,2,3}'::int[], '{a,\"b c\",NULL}'::text[], '{}'::int[], '{2024-01-01}'::date[], '{t,f}'::boolean[]",
+        "SELECT CAST('{10,20}' AS bigint[]), ('{4,5,6}'::int[])[2], 3 = ANY('{1,2,3}'::int[])",
+        "SELECT '{1,2'::int[]", "SELECT '{1,x}'::int[]",
     ]
 
     def answer(c, sql: str) -> tuple:

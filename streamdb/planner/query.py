@@ -832,6 +832,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     refuse_non_boolean_conditions(query, inputs)
     refuse_casts_postgresql_lacks(query, inputs)
     refuse_comparisons_postgresql_lacks(query, inputs)
+    _array_text_literals(query)
     _mark_from_types(query, inputs)
     _postgresql_numbering(query)
     _math_domain_errors(query)
@@ -1172,6 +1173,29 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
         node.replace(cast)
         cast.set("this", node)
+
+
+def _array_text_literals(query: exp.Expression) -> None:
+    """`'{1,2,3}'::int[]`: PostgreSQL's array text, which neither engine reads, becomes an array of
+    its elements' text cast to the array type, read by PostgreSQL's rules here (22P02 for a
+    malformed literal, as PostgreSQL says it). One dimension; nested arrays are left as they are.
+    Mutates `query`."""
+    from streamdb import values
+
+    for node in list(query.find_all(exp.Cast)):
+        if not (isinstance(node.this, exp.Literal) and node.this.is_string and node.to.this is exp.DataType.Type.ARRAY):
+            continue
+        array_type = T.type_from_name(node.to.sql(dialect="postgres").lower())
+        element = getattr(array_type, "element", None)
+        if element is None:
+            continue
+        items = values.parse_array(node.this.name, element)
+        if any(isinstance(item, list) for item in items):
+            continue
+        # PostgreSQL names the column after the element type (int4), as a cast to it.
+        node.meta.setdefault(SQL_NAME, postgres_column_name(exp.Cast(this=exp.Null(), to=node.to.expressions[0])))
+        node.set("this", exp.Array(expressions=[
+            exp.Null() if item is None else exp.Literal.string(values.format_text(item, element)) for item in items]))
 
 
 def _is_gcd_or_lcm(node: exp.Anonymous) -> bool:
