@@ -15,15 +15,17 @@ def test_rows_stay_until_their_commit_settles_and_the_latest_commit_wins() -> No
         queued = QueuedRows()
         first: Future[int] = Future()
         second: Future[int] = Future()
+        assert queued.idle
         queued.queued({b"k1": (1, "a"), b"k2": None}, first, loop)
         queued.queued({b"k1": (1, "b")}, second, loop)
+        assert not queued.idle  # a DROP leaves it to the writers (Engine.forget_writes)
         assert queued.rows() == {b"k1": (1, "b"), b"k2": None}
         first.set_result(1)
         await asyncio.sleep(0)  # settled on the loop
         assert queued.rows() == {b"k1": (1, "b")}  # k1 is the second commit's, still queued
         second.set_exception(OSError("disk full"))
         await asyncio.sleep(0)
-        assert queued.rows() == {}
+        assert queued.rows() == {} and queued.idle
 
     asyncio.run(run())
 

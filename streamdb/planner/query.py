@@ -1265,19 +1265,20 @@ def _is_text(node: exp.Expression) -> bool:
     return e.type is not None and e.type.is_type(*exp.DataType.TEXT_TYPES)
 
 
-# PostgreSQL's integer input (surrounding spaces, a sign, digits): the embedded engine also took
-# '1.5' (as 2) and '1e3'.
-_INTEGER_NAMES = {exp.DataType.Type.SMALLINT: "smallint", exp.DataType.Type.INT: "integer",
-                  exp.DataType.Type.BIGINT: "bigint"}
+# PostgreSQL's name of each integer type (sqlglot's tinyint, which PostgreSQL lacks, is a smallint
+# to it): for its errors, and for its integer input (surrounding spaces, a sign, digits), where
+# the embedded engine also took '1.5' (as 2) and '1e3'.
+INTEGER_NAMES = {exp.DataType.Type.TINYINT: "smallint", exp.DataType.Type.SMALLINT: "smallint",
+                 exp.DataType.Type.INT: "integer", exp.DataType.Type.BIGINT: "bigint"}
 
 
 def _duckdb_integer_text(query: exp.Expression) -> exp.Expression:
     """Text cast to an integer type must be an integer, as PostgreSQL reads it (22P02 otherwise):
     the embedded engine rounded '1.5' to 2. Spark refuses it already (CAST_INVALID_INPUT)."""
     for node in list(query.find_all(exp.Cast)):
-        if node.meta.get("integer_text") and node.to.this in _INTEGER_NAMES:
+        if node.meta.get("integer_text") and node.to.this in INTEGER_NAMES:
             checked = exp.Anonymous(this="sdb_integer_text",
-                                    expressions=[node.this.copy(), exp.Literal.string(_INTEGER_NAMES[node.to.this])])
+                                    expressions=[node.this.copy(), exp.Literal.string(INTEGER_NAMES[node.to.this])])
             node.set("this", checked)
     return query
 

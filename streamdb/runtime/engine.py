@@ -127,6 +127,15 @@ class Engine:
             queued = self._queued_rows[rel_id] = QueuedRows()
         return queued
 
+    def forget_writes(self, rel_id: int) -> None:
+        """A dropped table: its write lock and queued rows go, unless a writer still has them."""
+        lock = self._table_locks.get(rel_id)
+        if lock is not None and not lock.locked():
+            del self._table_locks[rel_id]
+        queued = self._queued_rows.get(rel_id)
+        if queued is not None and queued.idle:
+            del self._queued_rows[rel_id]
+
     def notify_write(self, rel_id: int) -> None:
         """A relation changed: views over it have work to do."""
         self.views.notify()

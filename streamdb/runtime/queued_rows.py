@@ -23,6 +23,11 @@ class QueuedRows:
         self._rows: dict[bytes, tuple[Row | None, Future[Any]]] = {}
         self._commits: set[Future[Any]] = set()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued."""
+        return not self._commits
+
     def rows(self) -> dict[bytes, Row | None]:
         return {key: row for key, (row, _) in self._rows.items()}
 

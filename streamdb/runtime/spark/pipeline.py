@@ -45,7 +45,7 @@ from streamdb import udf
 from streamdb.catalog import RelationDef
 from streamdb.errors import FeatureNotSupported, InternalError, StreamDBError
 from streamdb.planner import dataflow as D
-from streamdb.planner.query import RAISE_FUNCTION, spark_semantics
+from streamdb.planner.query import INTEGER_NAMES, RAISE_FUNCTION, spark_semantics
 from streamdb.runtime.spark import log_source
 from streamdb.runtime.spark.log_source import BASE_FIELDS, SEED_RELATION, column_name
 from streamdb.runtime.spark.session import SPARK_ROW_ERROR
@@ -930,11 +930,9 @@ def _may_overflow(source: exp.DataType, target: exp.DataType) -> bool:
     return target.is_type(exp.DataType.Type.DECIMAL) and bool(target.expressions)
 
 
-# Integer arithmetic Spark (ANSI) raises on when the result does not fit: its TRY_ form, and
-# Postgres's name of the result type.
+# Integer arithmetic Spark (ANSI) raises on when the result does not fit: its TRY_ form (Postgres's
+# name of the result type: INTEGER_NAMES).
 _TRY_ARITHMETIC = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply"}
-_INTEGER_NAMES = {exp.DataType.Type.TINYINT: "smallint", exp.DataType.Type.SMALLINT: "smallint",
-                  exp.DataType.Type.INT: "integer", exp.DataType.Type.BIGINT: "bigint"}
 
 
 def _overflows(e: exp.Expression) -> list[tuple[exp.Binary, str]]:
@@ -951,7 +949,7 @@ def _overflow_type(node: exp.Expr) -> str | None:
     """Postgres's name of the integer type an addition, subtraction or multiplication may overflow."""
     if type(node) not in _TRY_ARITHMETIC or not isinstance(node, exp.Expression) or node.type is None:
         return None
-    return _INTEGER_NAMES.get(node.type.this)
+    return INTEGER_NAMES.get(node.type.this)
 
 
 def _may_raise(node: exp.Expr) -> bool:

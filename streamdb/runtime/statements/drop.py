@@ -65,5 +65,6 @@ async def execute(plan: DropPlan, ctx: ExecContext) -> ExecutionResult:
             for rel_id in to_drop:
                 engine.reader.forget(rel_id)
                 engine.watermarks.forget(rel_id)
+                engine.forget_writes(rel_id)
     engine.sync_connectors()
     return ExecutionResult(f"DROP {_WORD[plan.kind]}", notices=notices)
