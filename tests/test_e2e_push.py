@@ -505,3 +505,37 @@ def test_a_push_querys_view_does_not_outlive_a_crash(fresh_server):
         assert catalog.transient == {} and set(catalog.relations) == {"accounts"}
     finally:
         storage.close()
+
+
+def test_a_push_query_with_parameters_gets_its_view_too(server, conn, unique):
+    """Drivers send parameters (`WHERE id > $1`): they are bound before the push query is planned
+    to run, so it runs on its own view, not recomputed."""
+    t_name = f"pparam_{unique}"
+    conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, plan TEXT)")
+    conn.execute(f"INSERT INTO {t_name} VALUES (1, 'free'), (2, 'pro'), (3, 'pro')")
+    rows: list = []
+    before = len(push_queries(conn))
+
+    def consume_with_parameters() -> None:
+        with server.connect() as c, c.cursor() as cur:
+            stream = cur.stream(f"SELECT plan, count(*) AS n FROM {t_name} WHERE id > %s GROUP BY plan EMIT CHANGES",
+                                (1,))
+            try:
+                for row in stream:
+                    rows.append((row[0], *row[2:]))
+                    if len(rows) == 3:
+                        break
+            finally:
+                stream.close()
+
+    thread = threading.Thread(target=consume_with_parameters)
+    thread.start()
+    wait_subscribed(conn, before)
+    [listed] = push_queries(conn)[before:]
+    assert listed[2] == "running (incremental)" and listed[9].startswith("pipeline push-")
+    wait_rows(rows, 1)
+    conn.execute(f"INSERT INTO {t_name} VALUES (4, 'pro')")
+    thread.join(60)
+    assert not thread.is_alive()
+    assert rows[0] == ("insert", "pro", 2)
+    assert sorted(rows[1:]) == [("delete", "pro", 2), ("insert", "pro", 3)]
