@@ -44,6 +44,9 @@ class Settings(BaseModel):
     authentication_timeout_s: int = Field(60, ge=1, le=600)
     # A push query's changes waiting for a slow client; past this it ends with SQLSTATE 53000.
     subscriber_buffer_changes: int = Field(100_000, ge=1)
+    # Push queries over aggregates and joins that get a streaming pipeline of their own (more
+    # share their depth's pipeline: each pipeline is a streaming query on the cluster's cores).
+    push_pipelines: int = Field(4, ge=0)
     # Limits (docs/limits.md). A client message longer than this closes the connection (08P01).
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=2**31 - 5)
     # Default statement_timeout of new sessions (ms, 0 = off): longer statements fail with 57014.

@@ -9,6 +9,7 @@ from collections import Counter
 
 import psycopg
 import pytest
+from conftest import running_server
 
 
 def consume(server, sql: str, want: int, out: list, started: threading.Event) -> None:
@@ -539,3 +540,22 @@ def test_a_push_query_with_parameters_gets_its_view_too(server, conn, unique):
     assert not thread.is_alive()
     assert rows[0] == ("insert", "pro", 2)
     assert sorted(rows[1:]) == [("delete", "pro", 2), ("insert", "pro", 3)]
+
+
+def test_push_queries_past_push_pipelines_share_their_depths_pipeline():
+    """`push_pipelines = 1`: the first push query over an aggregate gets a pipeline of its own, the
+    second shares its depth's; both send the right changes."""
+    with running_server("pushshare", {"STREAMDB_PUSH_PIPELINES": "1"}) as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE accounts (id INT PRIMARY KEY, plan TEXT)")
+        conn.execute("INSERT INTO accounts VALUES (1, 'free'), (2, 'pro')")
+        with srv.connect() as first, srv.connect() as second:
+            for c, name in ((first, "one"), (second, "two")):
+                c.execute("BEGIN")
+                c.execute(f"DECLARE {name} CURSOR FOR SELECT plan, count(*) AS n FROM accounts GROUP BY plan "
+                          "EMIT CHANGES")
+            assert sorted(q[9].split("-")[0] for q in push_queries(conn)) == ["pipeline depth", "pipeline push"]
+            conn.execute("UPDATE accounts SET plan = 'pro' WHERE id = 1")
+            want = Counter([("pro", 2)])
+            for c, name in ((first, "one"), (second, "two")):
+                assert fetch_until(c, name, Counter(), want) == want
+                c.execute("COMMIT")

@@ -165,12 +165,11 @@ def _state_rows_key(depth: int) -> bytes:
 # Pipelines are keyed by their views' depth, but a push query's view (transient_views.py) runs
 # in a pipeline of its own, keyed from here on: starting it restarts no one else's pipeline, and
 # its operator state goes with its checkpoint when the push query ends (a dropped view's state
-# otherwise stays in its depth's state store).
+# otherwise stays in its depth's state store). Past the setting `push_pipelines` of them, more
+# share their depth's pipeline.
 PUSH_PIPELINES = 1 << 30
 
 
-def pipeline_key(view: RelationDef, dataflow: D.Dataflow) -> int:
-    return PUSH_PIPELINES + view.id if view.transient else dataflow.depth()
 
 
 def pipeline_name(key: int) -> str:
@@ -204,6 +203,7 @@ class PipelineManager:
         self._closing: dict[int, _CloseSpec] = {}  # EMIT ON WINDOW CLOSE views
         self._next_ops: int | None = None  # see FIRST_ALLOCATED_OPS
         self._failed: dict[int, _Failed] = {}  # views whose batch could not be applied
+        self._push_keys: dict[int, int] = {}  # push queries' views: their pipeline, chosen once
 
     # ---- strategy -------------------------------------------------------------------------
 
@@ -230,6 +230,16 @@ class PipelineManager:
         self._strategies[view.id] = (catalog.version, strategy)
         return strategy
 
+    def _pipeline_key(self, view: RelationDef, dataflow: D.Dataflow) -> int:
+        if not view.transient:
+            return dataflow.depth()
+        key = self._push_keys.get(view.id)
+        if key is None:
+            own = sum(1 for k in self._push_keys.values() if k >= PUSH_PIPELINES)
+            key = PUSH_PIPELINES + view.id if own < self.engine.settings.push_pipelines else dataflow.depth()
+            self._push_keys[view.id] = key
+        return key
+
     def owns(self, view_id: int) -> bool:
         """Whether the view is maintained by a pipeline (the epoch driver leaves it alone)."""
         return view_id in self._owned
@@ -253,6 +263,7 @@ class PipelineManager:
         with self._sync_lock:
             catalog = self.engine.catalog.snapshot()
             self._strategies = {k: v for k, v in self._strategies.items() if catalog.by_id(k) is not None}
+            self._push_keys = {k: v for k, v in self._push_keys.items() if catalog.by_id(k) is not None}
             wanted: dict[int, dict[int, D.Dataflow]] = {}
             owned: set[int] = set()
             for view in topological(catalog):
@@ -262,7 +273,7 @@ class PipelineManager:
                 if strategy.dataflow is None:
                     st.pipeline = None
                     continue
-                depth = pipeline_key(view, strategy.dataflow)
+                depth = self._pipeline_key(view, strategy.dataflow)
                 wanted.setdefault(depth, {})[view.id] = strategy.dataflow
                 owned.add(view.id)
                 st.pipeline = pipeline_name(depth)
