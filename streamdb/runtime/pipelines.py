@@ -3,8 +3,9 @@
 Views whose query has a dataflow (planner/dataflow.py) are maintained by Spark Structured
 Streaming pipelines (runtime/spark/pipeline.py): one per number of stateful layers, so a new
 view restarts only the pipeline of its depth (a push query's view runs in one of its own,
-`PUSH_PIPELINES`, removed with its checkpoint when the push query ends). For each view the manager keeps, in the view's
-stored progress (`view:<id>` in the meta store, beside the epoch driver's fields):
+`PUSH_PIPELINES`, removed with its checkpoint when the push query ends). For each view the
+manager keeps, in the view's stored progress (`view:<id>` in the meta store, beside the epoch
+driver's fields):
 
 - `ops_base`: the ids of its operator instances, whose state lives in Spark's state store;
 - `joins`: the offsets from which it takes live changes (its history before them came as its
@@ -168,8 +169,6 @@ def _state_rows_key(depth: int) -> bytes:
 # otherwise stays in its depth's state store). Past the setting `push_pipelines` of them, more
 # share their depth's pipeline.
 PUSH_PIPELINES = 1 << 30
-
-
 
 
 def pipeline_name(key: int) -> str:
