@@ -1169,10 +1169,15 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
             read.meta[SQL_NAME] = postgres_column_name(node)  # bool, or the cast column's name
             node.replace(read)
     for node, type_name in casts:
-        # Wrapped in place, so a node marked inside another keeps its place in the query.
-        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
-        node.replace(cast)
-        cast.set("this", node)
+        _cast_in_place(node, type_name)
+
+
+def _cast_in_place(node: exp.Expr, type_name: str) -> None:
+    """`node` becomes CAST(node AS type_name), the node itself wrapped rather than copied, so a node
+    marked inside another keeps its place in the query."""
+    cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
+    node.replace(cast)
+    cast.set("this", node)
 
 
 def _array_text_literals(query: exp.Expression) -> None:
@@ -1208,9 +1213,7 @@ def _postgresql_numbering(query: exp.Expression) -> None:
     at or above its end, 2201G for a count below 1 or an empty range. Mutates `query`."""
     for window in [w for w in query.find_all(exp.Window) if isinstance(w.this, exp.Ntile)]:
         if not isinstance(window.parent, exp.Cast):
-            cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("INT"))
-            window.replace(cast)
-            cast.set("this", window)
+            _cast_in_place(window, "INT")
     for node in list(query.find_all(exp.WidthBucket)):
         parts = {"__op": node.this, "__lo": node.args.get("min_value"), "__hi": node.args.get("max_value"),
                  "__n": node.args.get("num_buckets")}

@@ -22,7 +22,6 @@ from streamdb.errors import StreamDBError, UndefinedTable
 from streamdb.planner import subscribe as subscribe_planner
 from streamdb.planner.context import PlanContext, SessionInfo
 from streamdb.planner.plans import CreateViewPlan
-from streamdb.runtime.query import arrow_to_rows
 from streamdb.runtime.statements.create_relation import (
     background,
     commit_and_apply,
@@ -30,7 +29,7 @@ from streamdb.runtime.statements.create_relation import (
     remove_once_added,
 )
 from streamdb.runtime.subscriptions import Subscription
-from streamdb.runtime.views import normalize_value
+from streamdb.runtime.views import result_rows
 
 if TYPE_CHECKING:
     from streamdb.runtime.engine import Engine
@@ -95,7 +94,7 @@ def _attach(engine: Engine, sub: Subscription, name: str) -> None:
         with engine.storage.snapshot() as snap:
             end = engine.reader.end_offsets(view, snap)
             rows = engine.reader.read_state(view, snap).select([c.name for c in view.columns])
-        now = Counter(tuple(normalize_value(v) for v in r) for r in arrow_to_rows(rows, plan.query.columns))
+        now = result_rows(rows, plan.query.columns)
         baseline = engine.views.baseline_result(sub, sub.plan.query, catalog)
         then = baseline[0] if baseline is not None else Counter()
         sub.deliver([(row, now[row] - then[row]) for row in now | then if now[row] != then[row]],

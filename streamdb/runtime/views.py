@@ -100,7 +100,7 @@ class ViewStatus:
 
 
 def _as_is(arrow_type: pa.DataType, t: T.SqlType) -> bool:
-    """Whether to_pylist() of this Arrow type already gives what coerce() then normalize_value() would
+    """Whether to_pylist() of this Arrow type already gives what coerce() then _normalize() would
     for a column of type `t` (a row's key is the repr of its values: they must be identical)."""
     if pa.types.is_integer(arrow_type) and not pa.types.is_unsigned_integer(arrow_type):
         width = {T.SMALLINT.oid: 16, T.INTEGER.oid: 32, T.BIGINT.oid: 64}.get(t.oid)
@@ -120,7 +120,7 @@ def _as_is(arrow_type: pa.DataType, t: T.SqlType) -> bool:
 
 def _same_values(arrow_type: pa.DataType, t: T.SqlType) -> bool:
     """Whether a column of this Arrow type holds exactly what a view column of type `t` stores
-    (coerce, normalize_value and to_arrow_value would give back the same value for every row)."""
+    (coerce, _normalize and to_arrow_value would give back the same value for every row)."""
     if arrow_type != t.arrow():
         return False
     return t.max_length is None and t not in (T.JSON, T.JSONB, T.UUID, T.INTERVAL) \
@@ -142,14 +142,19 @@ def _exact_decimal(arr: pa.ChunkedArray, t: T.SqlType) -> pa.ChunkedArray | None
         return None
 
 
-def normalize_value(v: Any) -> Any:
+def _normalize(v: Any) -> Any:
     if isinstance(v, decimal.Decimal):
         return v.normalize() if v.is_finite() else v
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC)
     if isinstance(v, list):  # arrays (array_agg, INT[] columns): rows are counted in a Counter
-        return tuple(normalize_value(x) for x in v)
+        return tuple(_normalize(x) for x in v)
     return v
+
+
+def result_rows(table: pa.Table, columns: tuple[Column, ...]) -> Counter[tuple[Any, ...]]:
+    """A query's result as a multiset of rows, values normalized so equal rows count together."""
+    return Counter(tuple(_normalize(v) for v in r) for r in arrow_to_rows(table, columns))
 
 
 @dataclass
@@ -458,7 +463,7 @@ class ViewMaintainer:
         return plan, delta_sql, aggregate
 
     def _row(self, values: tuple[Any, ...], view: RelationDef) -> tuple[Any, ...]:
-        return tuple(normalize_value(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
+        return tuple(_normalize(coerce(v, c.type, c.name)) for v, c in zip(values, view.columns, strict=True))
 
     @staticmethod
     def rows_of(table: pa.Table, view: RelationDef) -> list[tuple[Any, ...]]:
@@ -473,7 +478,7 @@ class ViewMaintainer:
                 continue
             values = arrow_to_rows(table.select([i]), (Column(c.name, c.type),))
             t, name = c.type, c.name
-            columns.append([normalize_value(coerce(v, t, name)) for (v,) in values])
+            columns.append([_normalize(coerce(v, t, name)) for (v,) in values])
         return list(zip(*columns, strict=True)) if columns else [() for _ in range(table.num_rows)]
 
     @classmethod
@@ -846,7 +851,7 @@ class ViewMaintainer:
         with self.engine.storage.snapshot() as snap:
             for r in result:
                 values = [_coerce_partial(v, c) for v, c in zip(r, types, strict=True)]
-                group = tuple(normalize_value(v) for v in values[:g])
+                group = tuple(_normalize(v) for v in values[:g])
                 key = C.key_of(group)
                 raw = snap.get(store, key)
                 if raw is not None:
@@ -893,7 +898,7 @@ class ViewMaintainer:
         """count(DISTINCT): store each value not seen before in this group (one key per value);
         return how many were new."""
         new = 0
-        for value in {normalize_value(v) for v in seen if v is not None}:
+        for value in {_normalize(v) for v in seen if v is not None}:
             key = b"d" + repr((*where, value)).encode()
             if snap.get(store, key) is None:
                 commit.puts.append((store, key, b""))
@@ -1005,12 +1010,12 @@ class ViewMaintainer:
             snapshot = plan.snapshot and not sub.started  # this epoch's changes are the current result
             changes: list[tuple[tuple[Any, ...], int]] = []
             started = time.monotonic()
+            tables, offsets = self._query_inputs(plan.query, plan.delta_sql is not None, sub.processed, catalog, snap)
             if sub.view_id is not None:
                 # Its own view's changes, as they are (transient_views.py): no Spark job to read them.
-                answer, offsets = self._view_changes(sub.view_id, sub.processed, catalog, snap)
+                [view_changes] = tables.values()
+                answer = view_changes.select([*(c.name for c in plan.query.columns), WEIGHT])
             else:
-                tables, offsets = self._query_inputs(plan.query, plan.delta_sql is not None, sub.processed,
-                                                     catalog, snap)
                 spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
                 started = time.monotonic()
                 try:
@@ -1021,11 +1026,10 @@ class ViewMaintainer:
             if plan.delta_sql is not None:
                 weights: Counter[tuple[Any, ...]] = Counter()
                 for r in arrow_to_rows(answer, (*plan.query.columns, _WEIGHT_COLUMN)):
-                    weights[tuple(normalize_value(v) for v in r[:-1])] += r[-1]
+                    weights[tuple(_normalize(v) for v in r[:-1])] += r[-1]
                 changes = [(row, w) for row, w in weights.items() if w]
             else:
-                result = Counter(tuple(normalize_value(v) for v in r) for r in arrow_to_rows(
-                    answer, plan.query.columns))
+                result = result_rows(answer, plan.query.columns)
                 previous = sub.previous if sub.previous is not None else Counter()
                 if sub.started or plan.snapshot:
                     changes = [(row, result[row] - previous[row]) for row in (result | previous)
@@ -1037,15 +1041,6 @@ class ViewMaintainer:
         sub.last_epoch_ms = (time.monotonic() - started) * 1000
         engine.metrics.epoch_done(M.PUSH_QUERY, sub.last_epoch_ms / 1000)
         sub.deliver(changes, dt.datetime.now(dt.UTC), snapshot=snapshot)
-
-    def _view_changes(self, view_id: int, processed: dict[int, tuple[int, ...]], catalog: CatalogSnapshot,
-                      snap: Any) -> tuple[pa.Table, dict[int, tuple[int, ...]]]:
-        """A view's changes since `processed` (its columns, then their weights) and its log's end."""
-        view = catalog.by_id(view_id)
-        assert view is not None
-        names = [c.name for c in view.columns]
-        delta = C.consolidated(self.engine.reader.read_delta(view, snap, processed.get(view_id, ())), names)
-        return delta.select([*names, WEIGHT]), {view_id: self.engine.reader.end_offsets(view, snap)}
 
     def _advance_baseline(self, sub: Subscription, catalog: CatalogSnapshot) -> None:
         """A recomputed subscription's first result, at the snapshot taken when it began."""
@@ -1068,7 +1063,7 @@ class ViewMaintainer:
             snap.close()
         spark.wait_ready(timeout=FLUSH_TIMEOUT_SECONDS)
         answer = spark.run_query(query.spark_sql, tables)
-        return Counter(tuple(normalize_value(v) for v in r) for r in arrow_to_rows(answer, query.columns)), offsets
+        return result_rows(answer, query.columns), offsets
 
     # ---- FLUSH and status ----------------------------------------------------------------
 
