@@ -3,7 +3,7 @@ the test of its rows' source, which groups the arms so a row tests only its sour
 
 from __future__ import annotations
 
-from streamdb.runtime.spark.pipeline import _guarded, _source_test
+from streamdb.runtime.spark.pipeline import _guarded, _guarded_overflows, _source_test
 
 
 def test_source_tests_are_found_as_leading_conjuncts() -> None:
@@ -48,3 +48,47 @@ def test_a_conditional_that_may_raise_in_one_branch_is_guarded_whole() -> None:
     # filters, and far slower under sdb_error), are not guarded.
     assert _guarded_sql("SELECT CASE WHEN b > 0 THEN a / 2 ELSE coalesce(a / NULLIF(b, 0), 0) END FROM t") == []
     assert _guarded_sql("SELECT a FROM t WHERE a + 1 > 5 AND b * 2 < 1000 OR s = 'x'") == []
+
+
+def _overflow_terms(sql: str) -> list[str]:
+    """The guarded integer overflow conditions of the select list and WHERE, the term before
+    the try_ call only (when a row evaluates the arithmetic)."""
+    from sqlglot import exp, parse_one
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    schema = {"t": {"a": "INT", "b": "INT", "s": "TEXT"}}
+    tree = annotate_types(qualify(parse_one(sql, dialect="postgres"), schema=schema), schema=schema)
+    select = tree.find(exp.Select)
+    assert select is not None
+    names = {"a": "a", "b": "b", "s": "s"}
+    out = []
+    for e in [*select.expressions, *([select.args["where"].this] if select.args.get("where") else [])]:
+        out += [cond.split(" AND (`", 1)[0] + ")" for cond, _ in _guarded_overflows(e.unalias(), names)]
+    return out
+
+
+def test_integer_arithmetic_some_rows_evaluate_is_checked_under_their_conditions() -> None:
+    """Arithmetic under a CASE, COALESCE, AND or OR is an error for the rows that evaluate it
+    only, by a condition Spark's generated code runs (no sdb_error), innermost and leftmost first."""
+    assert _overflow_terms("SELECT CASE WHEN a > 1000 THEN a * 1000000 ELSE a - 1 END FROM t") == [
+        "((coalesce((`a` > 1000), false)))", "((NOT coalesce((`a` > 1000), false)))"]
+    assert _overflow_terms("SELECT a FROM t WHERE a + 1 > 5 AND b * 2 < 1000 OR s = 'x'") == [
+        "((true))", "((coalesce((`a` + 1 > 5), true)))"]
+    assert _overflow_terms("SELECT a FROM t WHERE s = 'x' OR b * 2 < 1000") == ["((NOT coalesce((`s` = 'x'), false)))"]
+    assert _overflow_terms("SELECT coalesce(a, b * 1000000) FROM t") == ["(((`a`) IS NULL))"]
+    assert _overflow_terms("SELECT CASE a WHEN 1 THEN 0 WHEN 2 THEN b + 1 END FROM t") == [
+        "((NOT coalesce((`a`) = (1), false) AND coalesce((`a`) = (2), false)))"]
+    # Always evaluated: `_failures`' own terms. Under sdb_error already: not again.
+    assert _overflow_terms("SELECT a * 2, coalesce(a, 0) + 1 FROM t") == []
+    assert _overflow_terms("SELECT CASE WHEN s = 'r' THEN a / b + a * 2 END FROM t") == []
+
+
+def test_deeply_nested_guarded_arithmetic_falls_back_to_one_caught_conditional() -> None:
+    """Each term repeats the conditions above it: past a budget, the outermost conditional is
+    evaluated under sdb_error once instead of a quadratic number of characters of conditions."""
+    e = "a"
+    for i in range(20):
+        e = f"CASE WHEN a > {i} THEN ({e}) + 1 ELSE a * 2 END"
+    terms = _overflow_terms(f"SELECT {e} FROM t")
+    assert len(terms) == 1 and terms[0].startswith("(sdb_error(CASE WHEN")

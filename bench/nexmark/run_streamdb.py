@@ -255,10 +255,12 @@ class Server:
         self.log = workdir / "server.log"
         port = free_port()
         with self.log.open("wb") as err:
+            # BENCH_SERVER_LOG_LEVEL=debug logs each micro-batch's durations (where its time went).
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streamdb.cli", "serve", "--port", str(port),
                  "--console-port", str(free_port()), "--data-dir",
-                 str(workdir / "data"), "--spark-master", spark_master, "--log-level", "warning"],
+                 str(workdir / "data"), "--spark-master", spark_master,
+                 "--log-level", os.environ.get("BENCH_SERVER_LOG_LEVEL", "warning")],
                 stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
         self.dsn = f"postgresql://streamdb@127.0.0.1:{port}/streamdb"
         for _ in range(600):

@@ -978,14 +978,26 @@ def _guarded(e: exp.Expression) -> list[exp.Expression]:
     for node in e.walk():
         if not _may_raise(node) or _always_evaluated(node):
             continue
-        top, p = node, node
-        while p is not e and p.parent is not None:
-            p = p.parent
-            if isinstance(p, _CONDITIONAL):
-                top = p
+        top = _outermost_conditional(node, e)
         if isinstance(top, exp.Expression):
             out.setdefault(id(top), top)
     return list(out.values())
+
+
+def _outermost_conditional(node: exp.Expr, e: exp.Expression) -> exp.Expr:
+    """The outermost CASE, COALESCE, AND, ... of `e` above `node` (`node` if none)."""
+    top, p = node, node
+    while p is not e and p.parent is not None:
+        p = p.parent
+        if isinstance(p, _CONDITIONAL):
+            top = p
+    return top
+
+
+def _caught(guarded: exp.Expression, names: dict[str, str]) -> tuple[str, str]:
+    """The failure term of a conditional evaluated once more under sdb_error."""
+    caught = f"sdb_error({render(guarded, names)})"
+    return f"({caught} IS NOT NULL)", f"concat('{SPARK_ROW_ERROR}:', {caught})"
 
 
 def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]:
@@ -997,10 +1009,7 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
     conditional that may raise for the rows taking one of its branches comes first, as the other
     conditions may evaluate it; its rows' errors are Spark's own, translated on the driver
     (`translate_row_error`)."""
-    out = []
-    for guarded in _guarded(e):
-        caught = f"sdb_error({render(guarded, names)})"
-        out.append((f"({caught} IS NOT NULL)", f"concat('{SPARK_ROW_ERROR}:', {caught})"))
+    out = [_caught(guarded, names) for guarded in _guarded(e)]
     out += [(f"({render(d, names)}) = 0", "'22012:division by zero'") for d in _divisors(e)]
     for cast in _casts(e):
         src = render(cast.this, names)
@@ -1028,7 +1037,114 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
         tried = f"{_TRY_ARITHMETIC[type(node)]}({left}, {right})"
         out.append((f"(({left}) IS NOT NULL AND ({right}) IS NOT NULL AND {tried} IS NULL)",
                     f"'22003:{type_name} out of range'"))
+    out += _guarded_overflows(e, names)
     return out
+
+
+def _guarded_overflows(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]:
+    """Integer arithmetic that only some rows evaluate (under a CASE, COALESCE, AND or OR), with
+    the condition under which a row evaluates it (`_reach`): Spark's generated code runs these
+    conditions, so a filter such as `a + 1 > 5 AND b * 2 < 1000` stays as cheap as it was, and an
+    overflow is the view's error, not a failure of its pipeline. In evaluation order (operands
+    and conditions before what they guard), so a term's own condition cannot raise: an overflow
+    in it is an earlier term, and the terms are tried in order. Conditionals already evaluated
+    under sdb_error (`_guarded`) catch their arithmetic themselves."""
+    caught = _guarded(e)
+    out: list[tuple[str, str]] = []
+    nodes = []
+    for node in _evaluation_order(e):
+        type_name = _overflow_type(node)
+        if (type_name is None or not isinstance(node, exp.Binary) or _always_evaluated(node)
+                or any(node is g or _is_under(node, g) for g in caught)):
+            continue
+        nodes.append(node)
+        reach = _reach(node, e, names)
+        left, right = render(node.this, names), render(node.expression, names)
+        tried = f"{_TRY_ARITHMETIC[type(node)]}({left}, {right})"
+        out.append((f"({reach} AND ({left}) IS NOT NULL AND ({right}) IS NOT NULL AND {tried} IS NULL)",
+                    f"'22003:{type_name} out of range'"))
+    if sum(len(cond) for cond, _ in out) > _REACH_SQL_BUDGET:
+        # Deeply nested conditionals repeat their conditions in each term (quadratic): the
+        # outermost ones are evaluated under sdb_error instead (slower, but of bounded size).
+        tops = {id(top): top for top in (_outermost_conditional(n, e) for n in nodes)}
+        return [_caught(top, names) for top in tops.values() if isinstance(top, exp.Expression)]
+    return out
+
+
+# Characters of Spark SQL the guarded overflow terms of one expression may take (a CASE nested
+# 20 deep with arithmetic in each branch takes ~34,000).
+_REACH_SQL_BUDGET = 8_000
+
+
+def _evaluation_order(e: exp.Expression) -> Iterator[exp.Expression]:
+    """`e`'s nodes, each after its operands (post-order, in the order of the arguments: a CASE's
+    WHEN before its THEN, an AND's left before its right)."""
+    stack: list[tuple[exp.Expression, bool]] = [(e, False)]
+    while stack:  # iterative: a view may nest thousands of CASEs
+        node, expanded = stack.pop()
+        if expanded:
+            yield node
+            continue
+        stack.append((node, True))
+        stack += [(child, False) for child in reversed(list(node.iter_expressions()))]
+
+
+def _is_under(node: exp.Expr, top: exp.Expr) -> bool:
+    p = node.parent
+    while p is not None:
+        if p is top:
+            return True
+        p = p.parent
+    return False
+
+
+def _reach(node: exp.Expression, root: exp.Expression, names: dict[str, str]) -> str:
+    """Spark SQL true for the rows whose evaluation of `root` evaluates `node`, as Postgres and
+    Spark evaluate CASE, COALESCE, AND and OR: a THEN when its WHEN is true and no WHEN before
+    it is, an ELSE when none is, a COALESCE argument when every one before it is NULL, an AND's
+    right side unless its left is false, an OR's right side unless its left is true."""
+    path: list[exp.Expr] = [node]
+    while path[-1] is not root and (parent := path[-1].parent) is not None:
+        path.append(parent)
+    path.reverse()  # root ... node
+    terms: list[str] = []
+
+    def is_true(x: exp.Expression) -> str:
+        return f"coalesce(({render(x, names)}), false)"
+
+    for i, p in enumerate(path[:-1]):
+        child = path[i + 1]
+        if isinstance(p, exp.Case):
+            if child is p.args.get("this"):
+                continue
+            whens = p.args.get("ifs") or []
+            before = whens if child is p.args.get("default") else whens[:next(
+                (k for k, w in enumerate(whens) if w is child), len(whens))]
+            terms += [f"NOT {_when_taken(p, w, names)}" for w in before]
+            if child is not p.args.get("default") and i + 2 < len(path) and path[i + 2] is child.args.get("true"):
+                terms.append(_when_taken(p, child, names))
+        elif isinstance(p, exp.If) and not isinstance(p.parent, exp.Case):
+            if child is p.args.get("true"):
+                terms.append(is_true(p.this))
+            elif child is p.args.get("false"):
+                terms.append(f"NOT {is_true(p.this)}")
+        elif isinstance(p, exp.And) and child is p.expression:
+            terms.append(f"coalesce(({render(p.this, names)}), true)")
+        elif isinstance(p, exp.Or) and child is p.expression:
+            terms.append(f"NOT {is_true(p.this)}")
+        elif isinstance(p, exp.Coalesce) and child is not p.this:
+            args = [p.this, *p.expressions]
+            index = next((k for k, a in enumerate(args) if a is child), len(args))
+            terms += [f"({render(a, names)}) IS NULL" for a in args[:index]]
+    return "(" + " AND ".join(terms or ["true"]) + ")"
+
+
+def _when_taken(case: exp.Case, when: exp.Expr, names: dict[str, str]) -> str:
+    """Spark SQL true when a CASE's WHEN holds (`CASE x WHEN v`: x = v)."""
+    operand = case.args.get("this")
+    if operand is None:
+        return f"coalesce(({render(when.this, names)}), false)"
+    return f"coalesce(({render(operand, names)}) = ({render(when.this, names)}), false)"
 
 
 # Functions Spark raises on for some values of a row, with Postgres's SQLSTATE and words for it.
