@@ -293,7 +293,9 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
     text cast to boolean refused 'on' and 'off', a text integer out of its type's range was 22P02
     (not 22003), to_char's Dy and Mon printed '5y Mon', octet_length(text), every() and
     width_bucket() did not exist, sign(), gcd(), lcm() and ntile() had other result types, and
-    PostgreSQL's array text ('{1,2,3}'::int[]) was refused.
+    PostgreSQL's array text ('{1,2,3}'::int[]) was refused, a double or real as text printed
+    `7.0` (PostgreSQL: `7`), and `7.0::float8` and `0.1::float4::text` were named `?column?` and
+    `float4` (PostgreSQL: `float8`, `text`).
     Rows, column names and types, or SQLSTATE and message, on both engines."""
     t = f"bi_{unique}"
     statements = [
@@ -326,6 +328,11 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         "SELECT '{1,2,3}'::int[], '{a,\"b c\",NULL}'::text[], '{}'::int[], '{2024-01-01}'::date[], '{t,f}'::boolean[]",
         "SELECT CAST('{10,20}' AS bigint[]), ('{4,5,6}'::int[])[2], 3 = ANY('{1,2,3}'::int[])",
         "SELECT '{1,2'::int[]", "SELECT '{1,x}'::int[]",
+        "SELECT 7.0::float8::text, 100.0::float8::text, (-0.0)::float8::text, 'NaN'::float8::text, "
+        "1e-5::float8::text, 1.5::float4::text, '1e6'::float4::text, 1e15::float8::text",
+        "SELECT 7.0::float8, 0.1::float4::text, 2::int8, '1 day'::interval, 1::int::text, 2.5::double precision",
+        "SELECT 'x' || 7.0::float8, 3.0::float8 || 'y', concat(2.0::float8, 'a'), concat_ws(',', 1e20::float8, 2::float4)",
+        f"SELECT id, (a * 1.5)::float8::text, 'v' || n::real FROM {t} ORDER BY id",
     ]
 
     def answer(c, sql: str) -> tuple:

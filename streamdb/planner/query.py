@@ -739,14 +739,18 @@ def postgres_column_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Column):
         return normalize(node.this) if isinstance(node.this, exp.Identifier) else "?column?"
     if isinstance(node, exp.Cast):
+        # PostgreSQL's FigureColname: a column's or a function's name goes through a cast, a
+        # cast's own type name replaces that of a cast below it (`0.1::float4::text` is `text`)
         inner = postgres_column_name(node.this)
-        if inner != "?column?":
+        if inner != "?column?" and not isinstance(node.this.unnest(), exp.Cast):
             return inner
         return {"int": "int4", "integer": "int4", "bigint": "int8", "smallint": "int2",
                 "text": "text", "boolean": "bool", "double": "float8", "float": "float8",
+                "double precision": "float8", "char": "bpchar", "bpchar": "bpchar",
                 "real": "float4", "varchar": "varchar", "timestamp": "timestamp",
                 "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
-                "decimal": "numeric", "json": "json", "jsonb": "jsonb",
+                "decimal": "numeric", "json": "json", "jsonb": "jsonb", "interval": "interval",
+                "time": "time", "timetz": "timetz", "uuid": "uuid", "bytea": "bytea",
                 }.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
     if isinstance(node, (exp.Paren, exp.Bracket, exp.WithinGroup)):  # (f(x)), f(x)[i]: named after f, as in Postgres
         return postgres_column_name(node.this)
@@ -858,8 +862,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
 
     param_types = tuple(infer_parameter_types(query, list(declared_params or []), column_type))
     # The engine's own avg() is a double; its array_agg and string_agg differ from Postgres' too.
-    duck_query = similar_to_as_regex(_duckdb_integer_text(_duckdb_float_rounds(_duckdb_interval_sums(unconstrained_numeric_casts(
-        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs))))))))
+    duck_query = similar_to_as_regex(_duckdb_float_text(_duckdb_integer_text(_duckdb_float_rounds(_duckdb_interval_sums(unconstrained_numeric_casts(
+        _duckdb_string_aggs(_sorted_distinct_array_aggs(exact_numeric_avg(query, inputs)))))))))
     # The stored SQL keeps $n placeholders (the runtime binds values before running it); it is
     # described with typed NULLs in their place. Without parameters the two are the same text,
     # generated once (duck_query is this function's own copy, see exact_numeric_avg).
@@ -1116,7 +1120,8 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
     sum(interval) (meta `interval_sum`, for _duckdb_interval_sums), round(x) and integer casts of
     doubles (meta `float_round`) and percentile_cont of numbers (meta `double_percentile`) are
     marked for each engine's copy."""
-    kinds = (exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub, exp.Sign, exp.Anonymous)
+    kinds = (exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub, exp.Sign, exp.Anonymous, exp.DPipe,
+             exp.Concat, exp.ConcatWs)
     nodes = [n for n in query.find_all(*kinds) if not isinstance(n, exp.Anonymous) or _is_gcd_or_lcm(n)]
     if not nodes:
         return
@@ -1128,12 +1133,24 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         return
     casts: list[tuple[exp.Expr, str]] = []
     casts_to_boolean: list[exp.Expr] = []
+    float_operands: list[tuple[exp.Expr, int]] = []
     for n in typed.find_all(*kinds):
         found = n.meta.get("typed_id")
         if not isinstance(found, int):
             continue
         node = nodes[found]
-        if isinstance(n, exp.Sign):
+        if isinstance(n, (exp.DPipe, exp.Concat, exp.ConcatWs)):
+            # text || float, concat(float, ...): the float's text as PostgreSQL writes it
+            operands = [n.this, n.expression] if isinstance(n, exp.DPipe) else list(n.expressions)
+            originals = [node.this, node.expression] if isinstance(node, exp.DPipe) else list(node.expressions)
+            for typed_operand, operand in zip(operands, originals, strict=False):
+                digits = _float_text_digits(typed_operand)
+                if digits is not None and operand is not None:
+                    float_operands.append((operand, digits))
+        elif isinstance(n, exp.Cast) and n.to.is_type(*_TEXT_TARGETS) and n.this is not None \
+                and (digits := _float_text_digits(n.this)) is not None:
+            node.meta["float_text"] = digits
+        elif isinstance(n, exp.Sign):
             # PostgreSQL's sign() takes a double or a numeric, and gives the same (both engines: a
             # tinyint); an integer argument is taken as a double. Only where the argument's type is
             # certain: sqlglot types a VALUES column of 1.5 as a double.
@@ -1170,6 +1187,80 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
             node.replace(read)
     for node, type_name in casts:
         _cast_in_place(node, type_name)
+    for operand, digits in float_operands:
+        _cast_in_place(operand, "TEXT")
+        if isinstance(operand.parent, exp.Cast):
+            operand.parent.meta["float_text"] = digits
+
+
+_TEXT_TARGETS = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
+
+
+def _float_text_digits(node: exp.Expr) -> int | None:
+    """For a double (15) or a real (6) whose text PostgreSQL writes: the decimal exponent from
+    which it writes it in %e form. None for anything else (or a type not certain here)."""
+    t = certain_type(node)
+    if t is None or not t.is_type(*_FLOATS):
+        return None
+    return 6 if t.is_type(exp.DataType.Type.FLOAT) else 15
+
+
+def _float_texts(query: exp.Expression, text: Callable[[exp.Expression, int], exp.Expression]) -> exp.Expression:
+    """Casts of floats to text take `text` of the float: both engines write 7.0 as `7.0` and -0
+    as `-0.0`, the embedded engine NaN as `nan`, Spark 1e20 as `1.0E20`; PostgreSQL writes `7`,
+    `-0`, `NaN`, `1e+20`. The casts are marked (meta `float_text`) by _mark_from_types, or found
+    here by their types (a view's typed expressions), with the floats a concatenation takes as
+    text. The cast stays (to text, it keeps the column's name)."""
+    for joined in list(query.find_all(exp.DPipe, exp.Concat, exp.ConcatWs)):
+        operands = [joined.this, joined.expression] if isinstance(joined, exp.DPipe) else list(joined.expressions)
+        for operand in operands:
+            if isinstance(operand, exp.Expression) and (digits := _float_text_digits(operand)) is not None:
+                _cast_in_place(operand, "TEXT")
+                if isinstance(operand.parent, exp.Cast):
+                    operand.parent.meta["float_text"] = digits
+    for node in list(query.find_all(exp.Cast)):
+        digits = node.meta.pop("float_text", None)
+        if digits is None and node.to.is_type(*_TEXT_TARGETS) and node.this is not None:
+            digits = _float_text_digits(node.this)
+        if isinstance(digits, int) and node.this is not None:
+            node.set("this", text(node.this.copy(), digits))
+    return query
+
+
+def _duckdb_float_text(query: exp.Expression) -> exp.Expression:
+    return _float_texts(query, lambda x, digits: exp.Anonymous(
+        this="sdb_float_text", expressions=[x, exp.Literal.number(digits)]))
+
+
+# PostgreSQL's text of a double or real (float8out, float4out: the shortest digits that read back
+# as the same value, in %e form when the decimal exponent is below -4 or at least 15 for a double,
+# 6 for a real) from Spark's (Java's Double.toString: its digits, in its own layout). The same as
+# the embedded engine's sdb_float_text (runtime/duckdb_functions.py). Lambdas over a one-element
+# array bind the parts (array_max takes the element out: sqlglot writes element_at as a 0-based GET).
+_SPARK_FLOAT_TEXT = sqlglot.parse_one(
+    "CASE WHEN __x IS NULL THEN NULL ELSE array_max(transform(transform(transform(array(CAST(__x AS STRING)), "
+    "s -> named_struct('s', s, 'sign', regexp_extract(s, '^(-?)', 1), 'i', regexp_extract(s, '^-?([0-9]+)', 1), "
+    "'f', regexp_extract(s, '^-?[0-9]+[.]([0-9]+)', 1), "
+    "'x', CAST(coalesce(nullif(regexp_extract(s, '[eE]([+-]?[0-9]+)$', 1), ''), '0') AS INT))), "
+    "p -> named_struct('s', p.s, 'sign', p.sign, 'digits', trim(BOTH '0' FROM concat(p.i, p.f)), "
+    "'e', length(p.i) - 1 - (length(concat(p.i, p.f)) - length(trim(LEADING '0' FROM concat(p.i, p.f)))) + p.x)), "
+    "v -> CASE WHEN lower(v.s) = 'nan' THEN 'NaN' WHEN lower(v.s) IN ('inf', 'infinity') THEN 'Infinity' "
+    "WHEN lower(v.s) IN ('-inf', '-infinity') THEN '-Infinity' WHEN v.digits = '' THEN concat(v.sign, '0') "
+    "WHEN v.e < -4 OR v.e >= __digits THEN concat(v.sign, substr(v.digits, 1, 1), "
+    "CASE WHEN length(v.digits) > 1 THEN concat('.', substr(v.digits, 2)) ELSE '' END, 'e', "
+    "CASE WHEN v.e < 0 THEN '-' ELSE '+' END, CASE WHEN abs(v.e) < 10 THEN '0' ELSE '' END, CAST(abs(v.e) AS STRING)) "
+    "WHEN v.e < 0 THEN concat(v.sign, '0.', repeat('0', -v.e - 1), v.digits) "
+    "WHEN length(v.digits) <= v.e + 1 THEN concat(v.sign, v.digits, repeat('0', v.e + 1 - length(v.digits))) "
+    "ELSE concat(v.sign, substr(v.digits, 1, v.e + 1), '.', substr(v.digits, v.e + 2)) END)) END",
+    read="spark")
+
+
+def _spark_float_text(query: exp.Expression) -> exp.Expression:
+    def text(x: exp.Expression, digits: int) -> exp.Expression:
+        return _SPARK_FLOAT_TEXT.copy().transform(
+            lambda n: x.copy() if isinstance(n, exp.Column) and n.name == "__x"
+            else exp.Literal.number(digits) if isinstance(n, exp.Column) and n.name == "__digits" else n)
+    return _float_texts(query, text)
 
 
 def _cast_in_place(node: exp.Expr, type_name: str) -> None:
@@ -1827,7 +1918,7 @@ def _spark_gcd_lcm(query: exp.Expression) -> exp.Expression:
 
 
 _SPARK_REWRITES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
-    _spark_gcd_lcm, _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
+    _spark_float_text, _spark_gcd_lcm, _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
     _spark_series_tables, _spark_distinct_on_order, spark_float_rounds, _spark_epochs, _spark_array_aggs,
     _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts,
 )

@@ -54,6 +54,27 @@ def macro_definitions() -> list[str]:
         "(CASE t WHEN 'smallint' THEN -32768 WHEN 'integer' THEN -2147483648 ELSE -9223372036854775808 END) "
         "AND (CASE t WHEN 'smallint' THEN 32767 WHEN 'integer' THEN 2147483647 ELSE 9223372036854775807 END) "
         "THEN error('22003:value \"' || s || '\" is out of range for type ' || t) ELSE s END)",
+        # planner/query._duckdb_float_text: a double's (digits 15) or a real's (6) text as
+        # PostgreSQL writes it, from the engine's shortest digits (it writes 7.0, nan, -0.0).
+        "CREATE OR REPLACE MACRO sdb_float_parts(s) AS struct_pack("
+        "s := s, sign := regexp_extract(s, '^(-?)', 1), "
+        "digits := trim(regexp_extract(s, '^-?([0-9]+)', 1) || regexp_extract(s, '^-?[0-9]+[.]([0-9]+)', 1), '0'), "
+        "e := length(regexp_extract(s, '^-?([0-9]+)', 1)) - 1 "
+        "- (length(regexp_extract(s, '^-?([0-9]+)', 1) || regexp_extract(s, '^-?[0-9]+[.]([0-9]+)', 1)) "
+        "- length(ltrim(regexp_extract(s, '^-?([0-9]+)', 1) || regexp_extract(s, '^-?[0-9]+[.]([0-9]+)', 1), '0'))) "
+        "+ CAST(coalesce(nullif(regexp_extract(s, '[eE]([+-]?[0-9]+)$', 1), ''), '0') AS INTEGER))",
+        "CREATE OR REPLACE MACRO sdb_float_format(v, p) AS (CASE "
+        "WHEN lower(v.s) = 'nan' THEN 'NaN' WHEN lower(v.s) IN ('inf', 'infinity') THEN 'Infinity' "
+        "WHEN lower(v.s) IN ('-inf', '-infinity') THEN '-Infinity' WHEN v.digits = '' THEN v.sign || '0' "
+        "WHEN v.e < -4 OR v.e >= p THEN v.sign || left(v.digits, 1) "
+        "|| CASE WHEN length(v.digits) > 1 THEN '.' || substr(v.digits, 2) ELSE '' END || 'e' "
+        "|| CASE WHEN v.e < 0 THEN '-' ELSE '+' END || CASE WHEN abs(v.e) < 10 THEN '0' ELSE '' END "
+        "|| CAST(abs(v.e) AS VARCHAR) "
+        "WHEN v.e < 0 THEN v.sign || '0.' || repeat('0', -v.e - 1) || v.digits "
+        "WHEN length(v.digits) <= v.e + 1 THEN v.sign || v.digits || repeat('0', v.e + 1 - length(v.digits)) "
+        "ELSE v.sign || left(v.digits, v.e + 1) || '.' || substr(v.digits, v.e + 2) END)",
+        "CREATE OR REPLACE MACRO sdb_float_text(x, p) AS (CASE WHEN x IS NULL THEN NULL "
+        "ELSE sdb_float_format(sdb_float_parts(CAST(x AS VARCHAR)), p) END)",
         # planner/query.SECONDS_FUNCTION: seconds with their fraction (EXTRACT(SECOND) drops it).
         "CREATE OR REPLACE MACRO sdb_seconds(t) AS (EXTRACT(MICROSECONDS FROM t) / 1000000.0)",
         "CREATE OR REPLACE MACRO sdb_pg_encoding_to_char(e) AS (CASE WHEN e IS NULL THEN NULL "

@@ -75,7 +75,6 @@ SELECT id, salary * score AS mixed, salary::float8 / 7 AS f, (salary / 7)::numer
 FROM {people};
 
 -- query: casts to text and back
--- known: embedded, spark, view: a double cast to text prints 7.0 (PostgreSQL: 7)
 SELECT id, salary::text AS s, age::text || ' years' AS a, score::text AS f, hired::text AS d,
     active::text AS b, '42'::int + id AS n
 FROM {people};
@@ -297,3 +296,9 @@ SELECT * FROM generate_series(-2, 4, 3), {depts} ORDER BY 1, dept;
 -- query: VALUES list
 SELECT v.k, v.label, d.floor FROM (VALUES ('eng', 'E'), ('ops', 'O'), ('none', 'N')) AS v(k, label)
 LEFT JOIN {depts} d ON d.dept = v.k;
+
+-- query: floats as text
+SELECT id, score::text AS s, 'score ' || score AS label, concat(name, ':', score) AS c,
+    (score * 1e20)::text AS big, (score / 1e6)::text AS small, score::real::text AS r,
+    (score * 1e5)::real || '' AS rbig
+FROM {people};
