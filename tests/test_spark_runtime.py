@@ -94,6 +94,16 @@ def test_empty_input(runtime: SparkRuntime) -> None:
     assert agg.to_pylist() == [{"n": 0}]
 
 
+def test_an_input_with_an_empty_record_batch_keeps_every_row(runtime: SparkRuntime) -> None:
+    """pyspark's createDataFrame kept no row after an empty record batch (a cached table brought
+    up to date by a delete, then an insert, has one)."""
+    t = pa.table({"id": [1, 2, 3], "s": ["a", None, "b"]})
+    chunked = pa.concat_tables([t.slice(0, 2), t.slice(0, 0), t.slice(2, 1)])
+    assert [b.num_rows for b in chunked.to_batches()] == [2, 0, 1]
+    out = runtime.run_query("SELECT id, s FROM r1 ORDER BY id", {"r1": chunked})
+    assert out.to_pylist() == [{"id": 1, "s": "a"}, {"id": 2, "s": None}, {"id": 3, "s": "b"}]
+
+
 def test_types_round_trip(runtime: SparkRuntime) -> None:
     from streamdb.types import ALL_TYPES
 

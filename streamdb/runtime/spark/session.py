@@ -302,7 +302,11 @@ def translate_spark_error(exc: BaseException) -> StreamDBError:
 
 
 def _to_spark_arrow(table: pa.Table) -> pa.Table:
-    """Convert Arrow columns Spark cannot ingest into equivalents it can."""
+    """Convert Arrow columns Spark cannot ingest into equivalents it can. Empty record batches go:
+    pyspark's createDataFrame keeps no row after one (batches of 2, 0 and 1 rows gave 2 rows)."""
+    batches = table.to_batches()
+    if len(batches) > 1 and any(b.num_rows == 0 for b in batches):
+        table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=table.schema)
     columns = []
     changed = False
     for field, column in zip(table.schema, table.columns, strict=True):
