@@ -386,6 +386,7 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         "SELECT 7.0::float8, 0.1::float4::text, 2::int8, '1 day'::interval, 1::int::text, 2.5::double precision",
         "SELECT 'x' || 7.0::float8, 3.0::float8 || 'y', concat(2.0::float8, 'a'), concat_ws(',', 1e20::float8, 2::float4)",
         f"SELECT id, (a * 1.5)::float8::text, 'v' || n::real FROM {t} ORDER BY id",
+        f"SELECT (a::text)::int, (length(s)::text)::int, ('7'::text)::int::bigint FROM {t} ORDER BY id",
     ]
 
     def answer(c, sql: str) -> tuple:

@@ -739,19 +739,7 @@ def postgres_column_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Column):
         return normalize(node.this) if isinstance(node.this, exp.Identifier) else "?column?"
     if isinstance(node, exp.Cast):
-        # PostgreSQL's FigureColname: a column's or a function's name goes through a cast, a
-        # cast's own type name replaces that of a cast below it (`0.1::float4::text` is `text`)
-        inner = postgres_column_name(node.this)
-        if inner != "?column?" and not isinstance(node.this.unnest(), exp.Cast):
-            return inner
-        return {"int": "int4", "integer": "int4", "bigint": "int8", "smallint": "int2",
-                "text": "text", "boolean": "bool", "double": "float8", "float": "float8",
-                "double precision": "float8", "char": "bpchar", "bpchar": "bpchar",
-                "real": "float4", "varchar": "varchar", "timestamp": "timestamp",
-                "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
-                "decimal": "numeric", "json": "json", "jsonb": "jsonb", "interval": "interval",
-                "time": "time", "timetz": "timetz", "uuid": "uuid", "bytea": "bytea",
-                }.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
+        return _cast_column_name(node)[0]
     if isinstance(node, (exp.Paren, exp.Bracket, exp.WithinGroup)):  # (f(x)), f(x)[i]: named after f, as in Postgres
         return postgres_column_name(node.this)
     if isinstance(node, (exp.Window, exp.Filter)):  # agg(...) OVER (...), agg(...) FILTER (WHERE ...)
@@ -776,6 +764,29 @@ def postgres_column_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Case):
         return "case"
     return "?column?"
+
+
+def _cast_column_name(node: exp.Cast) -> tuple[str, int]:
+    """A cast's column name and its strength, as PostgreSQL's FigureColname: a column's or a
+    function's name (strength 2) goes through casts (`(x::text)::float8` is `x`); otherwise the
+    outermost cast's type names it (strength 1: `0.1::float4::text` is `text`)."""
+    inner = node.this.unnest()
+    if isinstance(inner, exp.Cast):
+        name, strength = _cast_column_name(inner)
+    else:
+        name = postgres_column_name(node.this)
+        strength = 0 if name == "?column?" else 2
+    if strength == 2:
+        return name, 2
+    typed = {"int": "int4", "integer": "int4", "bigint": "int8", "smallint": "int2",
+             "text": "text", "boolean": "bool", "double": "float8", "float": "float8",
+             "double precision": "float8", "char": "bpchar", "bpchar": "bpchar",
+             "real": "float4", "varchar": "varchar", "timestamp": "timestamp",
+             "timestamptz": "timestamptz", "date": "date", "numeric": "numeric",
+             "decimal": "numeric", "json": "json", "jsonb": "jsonb", "interval": "interval",
+             "time": "time", "timetz": "timetz", "uuid": "uuid", "bytea": "bytea",
+             }.get(node.to.sql(dialect="postgres").lower().split("(")[0], "?column?")
+    return typed, 1 if typed != "?column?" else 0
 
 
 # ---- the plan -------------------------------------------------------------------------
