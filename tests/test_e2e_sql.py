@@ -387,6 +387,9 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         "SELECT 'x' || 7.0::float8, 3.0::float8 || 'y', concat(2.0::float8, 'a'), concat_ws(',', 1e20::float8, 2::float4)",
         f"SELECT id, (a * 1.5)::float8::text, 'v' || n::real FROM {t} ORDER BY id",
         f"SELECT (a::text)::int, (length(s)::text)::int, ('7'::text)::int::bigint FROM {t} ORDER BY id",
+        "SELECT format('%s', 2.0::float8), format('%s|%s', 1e20::float8, 'a'), format('%L', 2.0::float8), "
+        "format('%s%%-%s', 'a', NULL), format('%L and %L', 'it''s', NULL), format('plain')",
+        f"SELECT id, format('x=%s n=%L', s, n) FROM {t} ORDER BY id",
     ]
 
     def answer(c, sql: str) -> tuple:

@@ -849,6 +849,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     refuse_comparisons_postgresql_lacks(query, inputs)
     _array_text_literals(query)
     _mark_from_types(query, inputs)
+    _formats_as_concatenations(query)
     _postgresql_numbering(query)
     _math_domain_errors(query)
     _fractional_seconds(query)
@@ -1131,8 +1132,7 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
     sum(interval) (meta `interval_sum`, for _duckdb_interval_sums), round(x) and integer casts of
     doubles (meta `float_round`) and percentile_cont of numbers (meta `double_percentile`) are
     marked for each engine's copy."""
-    kinds = (exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub, exp.Sign, exp.Anonymous, exp.DPipe,
-             exp.Concat, exp.ConcatWs)
+    kinds = (exp.Sum, exp.Round, exp.Cast, exp.WithinGroup, exp.Sub, exp.Sign, exp.Anonymous, *_TEXT_JOINS)
     nodes = [n for n in query.find_all(*kinds) if not isinstance(n, exp.Anonymous) or _is_gcd_or_lcm(n)]
     if not nodes:
         return
@@ -1150,8 +1150,8 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         if not isinstance(found, int):
             continue
         node = nodes[found]
-        if isinstance(n, (exp.DPipe, exp.Concat, exp.ConcatWs)):
-            # text || float, concat(float, ...): the float's text as PostgreSQL writes it
+        if isinstance(n, _TEXT_JOINS):
+            # text || float, concat(float, ...), format('%s', float): the float's text as PostgreSQL writes it
             operands = [n.this, n.expression] if isinstance(n, exp.DPipe) else list(n.expressions)
             originals = [node.this, node.expression] if isinstance(node, exp.DPipe) else list(node.expressions)
             for typed_operand, operand in zip(operands, originals, strict=False):
@@ -1204,7 +1204,57 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
             operand.parent.meta["float_text"] = digits
 
 
+_FORMAT_SPECIFIER = re.compile(r"%(.)", re.DOTALL)
+
+
+def _formats_as_concatenations(query: exp.Expression) -> None:
+    """format() with a literal format string of %s, %L and %% as the concatenation of its parts:
+    the embedded engine's FORMAT reads {} (sqlglot turns a lone %s into one, not two), so
+    `format('x=%s y=%s', x, y)` gave 'x=%s y=%s'; Spark's format_string prints NULL as `null`
+    and has no %L. PostgreSQL: %s is the argument's text, '' for NULL; %L quotes it as a literal
+    (NULL unquoted). Other specifiers (%I, positions, widths) keep the engines' own format."""
+    for node in list(query.find_all(exp.Format)):
+        pattern = node.this
+        if not isinstance(pattern, exp.Literal) or not pattern.is_string:
+            continue
+        text, args = pattern.this, list(node.expressions)
+        specifiers = [m.group(1) for m in _FORMAT_SPECIFIER.finditer(text)]
+        if any(k not in "sL%" for k in specifiers) or sum(k != "%" for k in specifiers) > len(args):
+            continue
+        parts: list[exp.Expression] = []
+        used, pos = 0, 0
+        for m in _FORMAT_SPECIFIER.finditer(text):
+            if m.start() > pos:
+                parts.append(exp.Literal.string(text[pos:m.start()]))
+            pos = m.end()
+            if m.group(1) == "%":
+                parts.append(exp.Literal.string("%"))
+                continue
+            arg = args[used]
+            used += 1
+            as_text = exp.Cast(this=arg.copy(), to=exp.DataType.build("TEXT"))
+            if m.group(1) == "s":
+                parts.append(exp.Coalesce(this=as_text, expressions=[exp.Literal.string("")]))
+            else:
+                quoted = exp.Concat(expressions=[
+                    exp.Literal.string("'"),
+                    exp.Anonymous(this="replace", expressions=[as_text, exp.Literal.string("'"),
+                                                               exp.Literal.string("''")]),
+                    exp.Literal.string("'")])
+                parts.append(exp.Case(ifs=[exp.If(this=exp.Is(this=arg.copy(), expression=exp.Null()),
+                                                  true=exp.Literal.string("NULL"))], default=quoted))
+        if pos < len(text):
+            parts.append(exp.Literal.string(text[pos:]))
+        joined = exp.Concat(expressions=parts or [exp.Literal.string("")])
+        joined.meta[SQL_NAME] = "format"
+        if node is query:
+            continue  # a bare expression, never a whole query here
+        node.replace(joined)
+
+
 _TEXT_TARGETS = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
+# What takes its operands as text (format's format string aside: its `this`, never an operand here).
+_TEXT_JOINS = (exp.DPipe, exp.Concat, exp.ConcatWs, exp.Format)
 
 
 def _float_text_digits(node: exp.Expr) -> int | None:
@@ -1222,7 +1272,7 @@ def _float_texts(query: exp.Expression, text: Callable[[exp.Expression, int], ex
     `-0`, `NaN`, `1e+20`. The casts are marked (meta `float_text`) by _mark_from_types, or found
     here by their types (a view's typed expressions), with the floats a concatenation takes as
     text. The cast stays (to text, it keeps the column's name)."""
-    for joined in list(query.find_all(exp.DPipe, exp.Concat, exp.ConcatWs)):
+    for joined in list(query.find_all(*_TEXT_JOINS)):
         operands = [joined.this, joined.expression] if isinstance(joined, exp.DPipe) else list(joined.expressions)
         for operand in operands:
             if isinstance(operand, exp.Expression) and (digits := _float_text_digits(operand)) is not None:

@@ -300,5 +300,5 @@ LEFT JOIN {depts} d ON d.dept = v.k;
 -- query: floats as text
 SELECT id, score::text AS s, 'score ' || score AS label, concat(name, ':', score) AS c,
     (score * 1e20)::text AS big, (score / 1e6)::text AS small, score::real::text AS r,
-    (score * 1e5)::real || '' AS rbig
+    (score * 1e5)::real || '' AS rbig, format('%s=%L (%s%%)', name, score, age) AS f
 FROM {people};
