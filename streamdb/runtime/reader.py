@@ -321,10 +321,11 @@ class RelationReader:
             with self._lock:
                 self._tables[rel.id] = (offsets, table)
             return table
-        log = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        order = pa.array(range(log.num_rows), pa.int64())
-        inserted = pc.if_else(pc.greater(log.column(C.WEIGHT), 0), order, pa.scalar(None, pa.int64()))
-        per_key = (pa.table({C.ROWKEY: log.column(C.ROWKEY), "w": log.column(C.WEIGHT), "o": order, "i": inserted})
+        changes = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        order = pa.array(range(changes.num_rows), pa.int64())
+        inserted = pc.if_else(pc.greater(changes.column(C.WEIGHT), 0), order, pa.scalar(None, pa.int64()))
+        per_key = (pa.table({C.ROWKEY: changes.column(C.ROWKEY), "w": changes.column(C.WEIGHT), "o": order,
+                             "i": inserted})
                    .group_by(C.ROWKEY, use_threads=False).aggregate([("w", "sum"), ("o", "max"), ("i", "max")]))
         stale = pc.is_in(table.column(C.ROWKEY), value_set=per_key.column(C.ROWKEY))
         held = pc.value_counts(table.column(C.ROWKEY).filter(stale))
@@ -333,7 +334,7 @@ class RelationReader:
                                                        per_key.column("w_sum").to_pylist(), strict=True)]
         if any(n < 0 for n in counts):
             return None
-        rows = log.take(pc.coalesce(per_key.column("i_max"), per_key.column("o_max")))
+        rows = changes.take(pc.coalesce(per_key.column("i_max"), per_key.column("o_max")))
         names = [*(c.name for c in rel.columns), C.ROWKEY]
         repeat = [i for i, n in enumerate(counts) for _ in range(n)]
         added = rows.select(names).take(pa.array(repeat, pa.int64())).cast(table.schema)
