@@ -61,13 +61,16 @@ def step_figures(flushes: list[float]) -> dict[str, object]:
     return {"flush_s_median": statistics.median(flushes), "flush_s": [round(x, 3) for x in flushes]}
 
 
+def machine_summary() -> dict[str, Any]:
+    """What a result file says of the machine it was measured on."""
+    return {"cores": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()}
+
+
 def write_results(out: Path, figures: list[dict[str, Any]], peer: str, samples: int, ratio_key: str) -> None:
     """Each step's median as a ratio to the first step's (the peer), written with the machine."""
     base = float(figures[0]["flush_s_median"])
     for f in figures:
         f[ratio_key] = round(float(f["flush_s_median"]) / base, 2)
-    result = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                          "load_avg": os.getloadavg()},
-              "peer": peer, "samples": samples, "steps": figures}
+    result = {"machine": machine_summary(), "peer": peer, "samples": samples, "steps": figures}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -38,7 +36,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from flush_latency import fresh_server  # noqa: E402
+from flush_latency import fresh_server, machine_summary  # noqa: E402
 
 QUERIES = {
     "agg": "SELECT k % 100 AS g, count(*) AS n, sum(v) AS s FROM ev GROUP BY k % 100",
@@ -133,8 +131,7 @@ def main() -> None:
                                                    / step[name]["view_change_s_median"], 2)
                 print(json.dumps({"rows": size, name: step[name]}), flush=True)
             figures.append(step)
-    result = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                          "load_avg": os.getloadavg()},
+    result = {"machine": machine_summary(),
               "peer": "the same query as a materialized view, in the same run", "probes": args.probes,
               "steps": figures}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -43,7 +41,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from flush_latency import fresh_server  # noqa: E402
+from flush_latency import fresh_server, machine_summary  # noqa: E402
 from pgserver import PostgresServer  # noqa: E402
 
 READ = "SELECT count(*), max(v) FROM t WHERE g = 5"
@@ -129,8 +127,7 @@ def main() -> None:
                 steps.append(step)
     finally:
         pg.cleanup()
-    result = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                          "load_avg": os.getloadavg()},
+    result = {"machine": machine_summary(),
               "read": READ, "peer": "PostgreSQL 15, the same table and statements, in the same run",
               "probes": args.probes, "steps": steps}
     args.out.parent.mkdir(parents=True, exist_ok=True)

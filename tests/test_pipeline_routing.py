@@ -64,7 +64,7 @@ def _overflow_terms(sql: str) -> list[str]:
     names = {"a": "a", "b": "b", "s": "s"}
     out = []
     for e in [*select.expressions, *([select.args["where"].this] if select.args.get("where") else [])]:
-        out += [cond.split(" AND (`", 1)[0] + ")" for cond, _ in _guarded_overflows(e.unalias(), names)]
+        out += [cond.split(" AND (`", 1)[0] + ")" for cond, _ in _guarded_overflows(e.unalias(), names, _guarded(e.unalias()))]
     return out
 
 

@@ -1144,7 +1144,7 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         return
     casts: list[tuple[exp.Expr, str]] = []
     casts_to_boolean: list[exp.Expr] = []
-    float_operands: list[tuple[exp.Expr, int]] = []
+    float_operands: list[tuple[exp.Expression, int]] = []
     for n in typed.find_all(*kinds):
         found = n.meta.get("typed_id")
         if not isinstance(found, int):
@@ -1152,11 +1152,8 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
         node = nodes[found]
         if isinstance(n, _TEXT_JOINS):
             # text || float, concat(float, ...), format('%s', float): the float's text as PostgreSQL writes it
-            operands = [n.this, n.expression] if isinstance(n, exp.DPipe) else list(n.expressions)
-            originals = [node.this, node.expression] if isinstance(node, exp.DPipe) else list(node.expressions)
-            for typed_operand, operand in zip(operands, originals, strict=False):
-                digits = _float_text_digits(typed_operand)
-                if digits is not None and operand is not None:
+            for typed_operand, operand in zip(_text_operands(n), _text_operands(node), strict=False):
+                if (digits := _float_text_digits(typed_operand)) is not None:
                     float_operands.append((operand, digits))
         elif isinstance(n, exp.Cast) and n.to.is_type(*_TEXT_TARGETS) and n.this is not None \
                 and (digits := _float_text_digits(n.this)) is not None:
@@ -1199,9 +1196,7 @@ def _mark_from_types(query: exp.Expression, inputs: tuple[RelationInput, ...]) -
     for node, type_name in casts:
         _cast_in_place(node, type_name)
     for operand, digits in float_operands:
-        _cast_in_place(operand, "TEXT")
-        if isinstance(operand.parent, exp.Cast):
-            operand.parent.meta["float_text"] = digits
+        _float_as_text(operand, digits)
 
 
 _FORMAT_SPECIFIER = re.compile(r"%(.)", re.DOTALL)
@@ -1247,14 +1242,26 @@ def _formats_as_concatenations(query: exp.Expression) -> None:
             parts.append(exp.Literal.string(text[pos:]))
         joined = exp.Concat(expressions=parts or [exp.Literal.string("")])
         joined.meta[SQL_NAME] = "format"
-        if node is query:
-            continue  # a bare expression, never a whole query here
         node.replace(joined)
 
 
 _TEXT_TARGETS = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
 # What takes its operands as text (format's format string aside: its `this`, never an operand here).
 _TEXT_JOINS = (exp.DPipe, exp.Concat, exp.ConcatWs, exp.Format)
+
+
+def _text_operands(node: exp.Expr) -> list[exp.Expression]:
+    """The operands of one of _TEXT_JOINS that it takes as text."""
+    if isinstance(node, exp.DPipe):
+        return [node.this, node.expression]
+    return list(node.expressions)
+
+
+def _float_as_text(operand: exp.Expr, digits: int) -> None:
+    """A float operand becomes its cast to text, marked for the engines' float text."""
+    _cast_in_place(operand, "TEXT")
+    if isinstance(operand.parent, exp.Cast):
+        operand.parent.meta["float_text"] = digits
 
 
 def _float_text_digits(node: exp.Expr) -> int | None:
@@ -1273,12 +1280,9 @@ def _float_texts(query: exp.Expression, text: Callable[[exp.Expression, int], ex
     here by their types (a view's typed expressions), with the floats a concatenation takes as
     text. The cast stays (to text, it keeps the column's name)."""
     for joined in list(query.find_all(*_TEXT_JOINS)):
-        operands = [joined.this, joined.expression] if isinstance(joined, exp.DPipe) else list(joined.expressions)
-        for operand in operands:
-            if isinstance(operand, exp.Expression) and (digits := _float_text_digits(operand)) is not None:
-                _cast_in_place(operand, "TEXT")
-                if isinstance(operand.parent, exp.Cast):
-                    operand.parent.meta["float_text"] = digits
+        for operand in _text_operands(joined):
+            if (digits := _float_text_digits(operand)) is not None:
+                _float_as_text(operand, digits)
     for node in list(query.find_all(exp.Cast)):
         digits = node.meta.pop("float_text", None)
         if digits is None and node.to.is_type(*_TEXT_TARGETS) and node.this is not None:

@@ -1009,7 +1009,8 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
     conditional that may raise for the rows taking one of its branches comes first, as the other
     conditions may evaluate it; its rows' errors are Spark's own, translated on the driver
     (`translate_row_error`)."""
-    out = [_caught(guarded, names) for guarded in _guarded(e)]
+    caught = _guarded(e)
+    out = [_caught(guarded, names) for guarded in caught]
     out += [(f"({render(d, names)}) = 0", "'22012:division by zero'") for d in _divisors(e)]
     for cast in _casts(e):
         src = render(cast.this, names)
@@ -1037,19 +1038,19 @@ def _failures(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]
         tried = f"{_TRY_ARITHMETIC[type(node)]}({left}, {right})"
         out.append((f"(({left}) IS NOT NULL AND ({right}) IS NOT NULL AND {tried} IS NULL)",
                     f"'22003:{type_name} out of range'"))
-    out += _guarded_overflows(e, names)
+    out += _guarded_overflows(e, names, caught)
     return out
 
 
-def _guarded_overflows(e: exp.Expression, names: dict[str, str]) -> list[tuple[str, str]]:
+def _guarded_overflows(e: exp.Expression, names: dict[str, str],
+                       caught: list[exp.Expression]) -> list[tuple[str, str]]:
     """Integer arithmetic that only some rows evaluate (under a CASE, COALESCE, AND or OR), with
     the condition under which a row evaluates it (`_reach`): Spark's generated code runs these
     conditions, so a filter such as `a + 1 > 5 AND b * 2 < 1000` stays as cheap as it was, and an
     overflow is the view's error, not a failure of its pipeline. In evaluation order (operands
     and conditions before what they guard), so a term's own condition cannot raise: an overflow
-    in it is an earlier term, and the terms are tried in order. Conditionals already evaluated
-    under sdb_error (`_guarded`) catch their arithmetic themselves."""
-    caught = _guarded(e)
+    in it is an earlier term, and the terms are tried in order. `caught`: the conditionals
+    evaluated under sdb_error (`_guarded`), which catch their arithmetic themselves."""
     out: list[tuple[str, str]] = []
     nodes = []
     for node in _evaluation_order(e):
