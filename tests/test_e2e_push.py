@@ -423,6 +423,46 @@ def test_a_push_query_over_a_join_and_aggregate_runs_on_a_view_of_its_own(server
     assert not push_queries(conn)
 
 
+def test_a_push_query_without_snapshot_starts_where_it_began(server, conn, unique):
+    """Issue 13: `WITH (snapshot = false)` over a join and an aggregate sends the changes made from
+    the moment the statement began, writes made while its view starts included. Its view's
+    pipeline runs no batch past the inputs' offsets then (its backlog of 300,000 events takes two
+    batches to get there), so its log holds that result and every change after it; before, the
+    result then was computed once more from the whole inputs. The changes, folded over the result
+    before the statement, are checked against the same query run as a plain query."""
+    ev, dim = f"phev_{unique}", f"phdim_{unique}"
+    conn.execute(f"CREATE STREAM {ev} (k INT, v INT)")
+    conn.execute(f"CREATE TABLE {dim} (id INT PRIMARY KEY, grp TEXT)")
+    conn.execute(f"INSERT INTO {dim} SELECT g, 'g' || (g % 7) FROM generate_series(0, 99) g")
+    with conn.cursor() as cur, cur.copy(f"COPY {ev} FROM STDIN") as copy:
+        copy.write("".join(f"{i % 100}\t{i % 13}\n" for i in range(300_000)))
+    query = f"SELECT d.grp, count(*) AS n, sum(e.v) AS s FROM {ev} e JOIN {dim} d ON d.id = e.k GROUP BY d.grp"
+    before = Counter(conn.execute(query).fetchall())
+    assert sum(n for _, n, _ in before) == 300_000
+
+    def write_while_it_starts() -> None:
+        time.sleep(0.3)
+        with server.connect() as w:
+            w.execute(f"INSERT INTO {ev} VALUES (1, 100), (2, 200)")
+            w.execute(f"UPDATE {dim} SET grp = 'moved' WHERE id = 3")
+
+    with server.connect() as c:
+        c.execute("BEGIN")
+        writer = threading.Thread(target=write_while_it_starts)
+        writer.start()
+        c.execute(f"DECLARE held CURSOR FOR {query} EMIT CHANGES WITH (snapshot = false)")
+        writer.join(30)
+        [listed] = push_queries(conn)
+        conn.execute(f"INSERT INTO {ev} VALUES (5, 1), (99, 7)")
+        want = Counter(conn.execute(query).fetchall())
+        assert want != before and ("moved", 3000, sum(i % 13 for i in range(3, 300_000, 100))) in want
+        assert fetch_until(c, "held", before, want) == want
+        c.execute("CLOSE held")
+        c.execute("COMMIT")
+    log_text = server.log_path.read_text()
+    assert f"push query {listed[0].split()[-1]}: its view held the result as of its start" in log_text
+
+
 def test_a_push_query_ends_with_an_error_when_what_it_reads_is_dropped(server, conn, unique):
     t_name = f"pdrop_{unique}"
     conn.execute(f"CREATE TABLE {t_name} (id INT PRIMARY KEY, plan TEXT)")
@@ -544,18 +584,24 @@ def test_a_push_query_with_parameters_gets_its_view_too(server, conn, unique):
 
 def test_push_queries_past_push_pipelines_share_their_depths_pipeline():
     """`push_pipelines = 1`: the first push query over an aggregate gets a pipeline of its own, the
-    second shares its depth's; both send the right changes."""
+    others share their depth's; all send the right changes. One without a snapshot there cannot
+    hold the shared pipeline at its start: its result then is computed from its inputs."""
     with running_server("pushshare", {"STREAMDB_PUSH_PIPELINES": "1"}) as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE accounts (id INT PRIMARY KEY, plan TEXT)")
         conn.execute("INSERT INTO accounts VALUES (1, 'free'), (2, 'pro')")
-        with srv.connect() as first, srv.connect() as second:
-            for c, name in ((first, "one"), (second, "two")):
+        query = "SELECT plan, count(*) AS n FROM accounts GROUP BY plan EMIT CHANGES"
+        with srv.connect() as first, srv.connect() as second, srv.connect() as third:
+            for c, name, options in ((first, "one", ""), (second, "two", ""), (third, "three", " WITH (snapshot = false)")):
                 c.execute("BEGIN")
-                c.execute(f"DECLARE {name} CURSOR FOR SELECT plan, count(*) AS n FROM accounts GROUP BY plan "
-                          "EMIT CHANGES")
-            assert sorted(q[9].split("-")[0] for q in push_queries(conn)) == ["pipeline depth", "pipeline push"]
+                c.execute(f"DECLARE {name} CURSOR FOR {query}{options}")
+            assert sorted(q[9].split("-")[0] for q in push_queries(conn)) == [
+                "pipeline depth", "pipeline depth", "pipeline push"]
             conn.execute("UPDATE accounts SET plan = 'pro' WHERE id = 1")
             want = Counter([("pro", 2)])
             for c, name in ((first, "one"), (second, "two")):
                 assert fetch_until(c, name, Counter(), want) == want
                 c.execute("COMMIT")
+            # Without a snapshot: the change from the result as of its start.
+            assert fetch_until(third, "three", Counter([("free", 1), ("pro", 1)]), want) == want
+            third.execute("COMMIT")
+        assert "its result as of its start is computed from its inputs" in srv.log_path.read_text()

@@ -89,6 +89,18 @@ def fingerprint(dataflow: D.Dataflow) -> str:
 
 
 @dataclass
+class _Hold:
+    """A push query's view held at its inputs' offsets as of the push query's start: no batch of
+    its (own, fresh) pipeline crosses them, and `log_end` is the view's log end once a batch ends
+    exactly there, the result as of that start (`held_result`). `missed`: that cannot be (its
+    pipeline is shared, or was not fresh), so the push query computes that result another way."""
+
+    offsets: dict[int, tuple[int, ...]]
+    log_end: tuple[int, ...] | None = None
+    missed: bool = False
+
+
+@dataclass
 class _Failed:
     """A view whose pipeline batch failed (a bug in the server's commit, or a recomputed view's own
     query failing in Spark). It stays
@@ -203,6 +215,7 @@ class PipelineManager:
         self._next_ops: int | None = None  # see FIRST_ALLOCATED_OPS
         self._failed: dict[int, _Failed] = {}  # views whose batch could not be applied
         self._push_keys: dict[int, int] = {}  # push queries' views: their pipeline, chosen once
+        self._holds: dict[int, _Hold] = {}  # push queries' views: their inputs as of the start
 
     # ---- strategy -------------------------------------------------------------------------
 
@@ -376,7 +389,7 @@ class PipelineManager:
                 self._errors_of(vid, snap)
                 self._show_errors(vid)
                 self._show_healing(vid, state.done)
-                flows.append(ViewFlow(vid, df, state.ops_base, state.joins))
+                flows.append(ViewFlow(vid, df, state.ops_base, state.joins, self._hold_of(vid, depth, fresh)))
         if commit.puts or commit.appends or commit.deletes:
             engine.storage.commit(commit)
         relations = {rid: rel for f in flows for rid in f.dataflow.relations()
@@ -400,6 +413,40 @@ class PipelineManager:
         except StreamDBError as e:
             log.warning("pipeline %s did not start: %s", name, e.message)
             self._on_failure(depth, e)
+
+    def hold(self, view_id: int, offsets: dict[int, tuple[int, ...]]) -> None:
+        """Before a push query's view is added: the inputs' offsets as of the push query's start."""
+        self._holds[view_id] = _Hold(offsets)
+
+    def held_result(self, view_id: int) -> tuple[int, ...] | None:
+        """The view's log end where it held the result as of its push query's start; None if it
+        could not be held (`_Hold.missed`). Its hold ends here."""
+        held = self._holds.pop(view_id, None)
+        return None if held is None or held.missed else held.log_end
+
+    def _hold_of(self, view_id: int, depth: int, fresh: bool) -> dict[int, tuple[int, ...]] | None:
+        held = self._holds.get(view_id)
+        if held is None or held.log_end is not None or held.missed:
+            return None
+        if depth < PUSH_PIPELINES or not fresh:  # other views share the pipeline, or it went past
+            held.missed = True
+            return None
+        return held.offsets
+
+    def _note_held(self, view: RelationDef, done: bool, processed: dict[int, tuple[int, ...]]) -> None:
+        """After a view's batch is committed: where its log ends if the batch ended at its hold."""
+        held = self._holds.get(view.id)
+        if held is None or held.log_end is not None or held.missed or not done:
+            return
+        pairs = [(d, h) for rid, offsets in held.offsets.items() if rid in processed
+                 for d, h in zip(processed[rid], offsets, strict=False)]
+        if all(d == h for d, h in pairs):
+            with self.engine.storage.snapshot() as snap:
+                held.log_end = self.engine.reader.end_offsets(view, snap)
+        elif any(d > h for d, h in pairs):
+            held.missed = True
+            log.warning("view %s: no batch ended at its push query's start; the result then is computed apart",
+                        view.name)
 
     def _allocate_ops(self, snap: Any, commit: Commit) -> int:
         """The first id of an operator range no view has used (stored in the same commit as the
@@ -585,6 +632,8 @@ class PipelineManager:
             engine.metrics.committed(commit)
             elapsed = (time.monotonic() - started) * 1000 + (running.pipeline.last_batch_ms or 0)
             for vid, done, processed, closed_until in applied:
+                if vid in self._holds and (view := catalog.by_id(vid)) is not None:
+                    self._note_held(view, done, processed)
                 state = self._states[vid]
                 state.batch = batch_id
                 state.done = done

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import time
 from collections import Counter
 from dataclasses import replace
@@ -32,16 +33,20 @@ from streamdb.runtime.subscriptions import Subscription
 from streamdb.runtime.views import result_rows
 
 if TYPE_CHECKING:
+    from streamdb.catalog import CatalogSnapshot
     from streamdb.runtime.engine import Engine
+    from streamdb.storage.base import Snapshot
 
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
+log = logging.getLogger(__name__)
 
 
 async def start(engine: Engine, sub: Subscription, view: CreateViewPlan, user: str) -> None:
     """Create the push query's view, wait until it holds the result as of now, and point the
     subscription at its log: with a snapshot, from the log's start (the result, then its
-    changes); without, from its end, after the changes since the push query began (writes made
-    while the view started come as changes too, as in Materialize's SUBSCRIBE).
+    changes); without, from where it held the result as of the push query's start (its pipeline
+    runs no batch past its inputs' offsets then), so writes made while the view started come as
+    changes too, as in Materialize's SUBSCRIBE.
 
     The statement waits for the view's first result (a pipeline start and its backfill: seconds),
     as CREATE MATERIALIZED VIEW does."""
@@ -55,6 +60,8 @@ async def start(engine: Engine, sub: Subscription, view: CreateViewPlan, user: s
                                      hint="Run the push query again.")
             commit, added, snapshot = engine.catalog.plan_change(add=[rel])
             rel = added[0]
+            if sub.baseline is not None:  # without a snapshot: its first batch ends where it began
+                engine.views.pipelines.hold(rel.id, _offsets_then(engine, catalog, rel.depends_on, sub.baseline))
             # Shielded, as a staging view's (create_relation._replace_view): a cancel landing in the
             # commit must not leave the view without its removal below.
             adding = asyncio.ensure_future(commit_and_apply(engine, commit, snapshot))
@@ -69,9 +76,17 @@ async def start(engine: Engine, sub: Subscription, view: CreateViewPlan, user: s
             raise StreamDBError(f"push query failed: {status.error}", sqlstate=status.error_sqlstate or "XX000")
         await asyncio.to_thread(_attach, engine, sub, rel.name)
     except BaseException:
+        engine.views.pipelines.held_result(rel.id)
         if adding is not None:
             await asyncio.shield(remove_once_added(adding, engine, rel.id))
         raise
+
+
+def _offsets_then(engine: Engine, catalog: CatalogSnapshot, depends_on: tuple[int, ...],
+                  snap: Snapshot) -> dict[int, tuple[int, ...]]:
+    """The ends of the logs the view reads, in the snapshot taken when the push query began."""
+    return {dep: engine.reader.end_offsets(r, snap) for dep in depends_on
+            if (r := catalog.by_id(dep)) is not None and r.kind != "view"}
 
 
 def _attach(engine: Engine, sub: Subscription, name: str) -> None:
@@ -88,7 +103,14 @@ def _attach(engine: Engine, sub: Subscription, name: str) -> None:
     plan = replace(changes, columns=sub.plan.columns)
     if plan.snapshot:
         sub.processed = {}  # the whole log: the view's rows, then every change
+    elif (held := engine.views.pipelines.held_result(view.id)) is not None:
+        # Its pipeline's first batches ended where the push query began: from there on, the
+        # view's log holds exactly the changes since.
+        sub.release_baseline()
+        sub.processed, sub.started = {view.id: held}, True
+        log.info("push query %s: its view held the result as of its start", sub.id)
     else:
+        log.info("push query %s: its result as of its start is computed from its inputs", sub.id)
         # From the log's end, once the changes between the push query's start and this result
         # are sent: the result now less the result then (that one computed once, from the inputs).
         with engine.storage.snapshot() as snap:

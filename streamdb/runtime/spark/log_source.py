@@ -8,7 +8,8 @@ partition), `__tag` (a view id for the rows of that view's backfill, else NULL),
 Offsets are plain JSON: `{"rels": {rel: [end per partition]}, "views": {view: {rel: [J...]}},
 "gens": {view: generation}, "bf": {view: {rel: [backfilled up to, per partition]}}}`; a view's
 backfill progress carries over only within its generation (`_same_generation`).
-`latestOffset` (on the driver side, in pyspark's source runner) reads the logs' current ends;
+`latestOffset` (on the driver side, in pyspark's source runner) reads the logs' current ends
+(bounded by the plan's `hold`, if any: `holding`);
 the partitions of a batch are a pure function of its start and end offsets, so a batch replayed
 after a crash reads exactly the same changes. A view joins the live stream at offsets J fixed
 when its pipeline (re)starts: it takes live changes at or after J, and the first batch whose end
@@ -102,10 +103,18 @@ class LogStreamReader(DataSourceStreamReader):
 
         rels: dict[str, list[int]] = {}
         with self._reader().snapshot() as snap:
-            for rid, spec in self.plan["relations"].items():
-                ends = [snap.end_offset(int(rid), p) for p in range(spec["partitions"])]
-                starts = start.get("rels", {}).get(rid) or floors.get(rid) or ends
-                rels[rid] = [take(lo, hi) if lo < hi else lo for lo, hi in zip(_pad(starts, len(ends)), ends, strict=True)]
+            ends_of = {rid: [snap.end_offset(int(rid), p) for p in range(spec["partitions"])]
+                       for rid, spec in self.plan["relations"].items()}
+        starts_of = {rid: _pad(start.get("rels", {}).get(rid) or floors.get(rid) or ends, len(ends))
+                     for rid, ends in ends_of.items()}
+        hold = self.plan.get("hold") or {}
+        if not holding(hold, start, starts_of):
+            hold = {}
+        for rid, ends in ends_of.items():
+            if rid in hold:  # no partition past its hold while one is below its own (holding())
+                ends = [min(hi, max(lo, h)) for lo, hi, h in zip(starts_of[rid], ends, _pad(hold[rid], len(ends)),
+                                                                  strict=True)]
+            rels[rid] = [take(lo, hi) if lo < hi else lo for lo, hi in zip(starts_of[rid], ends, strict=True)]
         bf: dict[str, dict[str, list[int]]] = {}
         gens = self.plan.get("gens", {})
         for vid, joins in views.items():
@@ -190,6 +199,18 @@ def backfill_done(offsets: dict[str, Any], view_id: int, joins: dict[int, tuple[
     if "gens" in offsets and offsets["gens"].get(key) != generation:
         return False
     return all(list(progress.get(rid, [])) == list(js) for rid, js in recorded.items())
+
+
+def holding(hold: dict[str, list[int]], start: dict[str, Any], starts: dict[str, list[int]]) -> bool:
+    """Whether the plan's hold (`{rel: [offset per partition]}`: the inputs as of a push query's
+    start) still bounds the next batch: while the first batch has not run or any partition is below
+    its hold, no partition goes past its own, so one batch ends exactly there and the view then holds
+    the result as of those offsets (docs/views.md, "Push queries"; LogStream.java alike)."""
+    if not hold:
+        return False
+    if not start.get("views"):
+        return True
+    return any(lo < h for rid, hs in hold.items() if rid in starts for lo, h in zip(starts[rid], hs, strict=False))
 
 
 def _floors(views: dict[str, Any]) -> dict[str, list[int]]:

@@ -75,6 +75,9 @@ class ViewFlow:
     dataflow: D.Dataflow
     ops_base: int  # this view's operator instances are ops_base + 0 .. MAX_OPS_PER_VIEW - 1
     joins: dict[int, tuple[int, ...]]  # relation -> offsets from which it takes live changes
+    # relation -> offsets no batch crosses until all are reached (a push query's start; only in a
+    # pipeline of its own, where it holds up no other view): LogStream.holding.
+    hold: dict[int, tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -278,6 +281,8 @@ class _Compiler:
                 "relations": rels, "views": views, "spark_schema": spark_schema.json(),
                 # A view's generation: its first operator's id, new at each rebuild (LogStream.java).
                 "gens": {str(v.view_id): v.ops_base for v in self.views},
+                "hold": {str(rid): list(offsets) for v in self.views if v.hold
+                         for rid, offsets in v.hold.items() if rid in self.relations},
                 "max_rows": log_source.MAX_ROWS}
 
     # -- which operator instances there are --

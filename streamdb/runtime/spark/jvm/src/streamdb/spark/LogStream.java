@@ -100,6 +100,7 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
     ObjectNode out = JSON.createObjectNode();
     ObjectNode rels = out.putObject("rels");
     LogStore store = LogStore.open(plan.get("log").get("path").asText());
+    Map<String, long[]> startsOf = new LinkedHashMap<>();
     for (Iterator<Map.Entry<String, JsonNode>> it = plan.get("relations").fields(); it.hasNext(); ) {
       Map.Entry<String, JsonNode> e = it.next();
       String rid = e.getKey();
@@ -108,10 +109,22 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
       if (!start.path("rels").has(rid)) {
         starts = floors.containsKey(rid) ? pad(floors.get(rid), parts) : null;
       }
+      startsOf.put(rid, starts);
+    }
+    JsonNode hold = holding(plan.path("hold"), start, startsOf) ? plan.path("hold") : null;
+    for (Iterator<Map.Entry<String, JsonNode>> it = plan.get("relations").fields(); it.hasNext(); ) {
+      Map.Entry<String, JsonNode> e = it.next();
+      String rid = e.getKey();
+      int parts = e.getValue().get("partitions").asInt();
+      long[] starts = startsOf.get(rid);
+      long[] held = hold != null && hold.has(rid) ? longs(hold.get(rid), parts) : null;
       ArrayNode ends = rels.putArray(rid);
       for (int p = 0; p < parts; p++) {
         long end = store.endOffset(Long.parseLong(rid), p);
         long lo = starts == null ? end : starts[p];
+        if (held != null) {
+          end = Math.min(end, Math.max(lo, held[p]));
+        }
         ends.add(lo < end ? take(left, lo, end) : lo);
       }
     }
@@ -135,6 +148,34 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
       }
     }
     return new LogOffset(out);
+  }
+
+  /**
+   * Whether the plan's hold (`{rel: [offset per partition]}`, the inputs as of a push query's
+   * start) still bounds the next batch: while the first batch has not run or any partition is
+   * below its hold, no partition goes past its own, so one batch ends exactly there and the view
+   * then holds the result as of those offsets (docs/views.md, "Push queries").
+   */
+  static boolean holding(JsonNode hold, JsonNode start, Map<String, long[]> startsOf) {
+    if (hold.isMissingNode() || hold.isNull() || hold.size() == 0) {
+      return false;
+    }
+    if (!start.has("views") || start.path("views").size() == 0) {
+      return true;
+    }
+    for (Iterator<Map.Entry<String, JsonNode>> it = hold.fields(); it.hasNext(); ) {
+      Map.Entry<String, JsonNode> e = it.next();
+      long[] starts = startsOf.get(e.getKey());
+      if (starts == null) {
+        continue;
+      }
+      for (int p = 0; p < starts.length && p < e.getValue().size(); p++) {
+        if (starts[p] < e.getValue().get(p).asLong()) {
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   /**
