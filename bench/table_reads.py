@@ -9,7 +9,10 @@ size, --probes times, three writes each followed by the same ad hoc read:
   delete   DELETE FROM t WHERE id = <existing id>
   read     SELECT count(*), max(v) FROM t WHERE g = 5
 
-timed from the read's start to its rows (the write is acknowledged before). Before 2026-11-28 a
+timed from the read's start to its rows (the write is acknowledged before); then --probes times
+an update and a delete each followed by a point read, `SELECT v FROM t WHERE id = <an id>`
+(`update, point read`, `delete, point read`), which StreamDB answers from a hash index on id:
+rebuilt after every update or delete until 2026-11-28 (night), patched since. Before 2026-11-28 a
 StreamDB table's cached rows were rescanned and decoded from the state store after every write,
 so the read cost O(table); they are now brought up to date from the write's changes. The same
 for a materialized view with a row per 10 ids of a copy `tv` of the table (StreamDB only: `view`,
@@ -45,6 +48,7 @@ from flush_latency import fresh_server, machine_summary  # noqa: E402
 from pgserver import PostgresServer  # noqa: E402
 
 READ = "SELECT count(*), max(v) FROM t WHERE g = 5"
+POINT = "SELECT v FROM t WHERE id = {id}"  # a point lookup: StreamDB answers it from a hash index
 VIEW = "SELECT id / 10 AS k, count(*) AS n, max(v) AS m FROM {t} GROUP BY id / 10"
 VIEW_READ = "SELECT count(*), max(n) FROM vt"
 WRITES: dict[str, Callable[[int, int], str]] = {
@@ -82,6 +86,11 @@ def measure(conn: psycopg.Connection[Any], size: int, probes: int, streamdb: boo
         times = [probe(conn, write(10_000_000 + size * 10 + i * probes + p, (size // 2 + (i * probes + p) * 997) % size),
                        READ) for p in range(probes)]
         out[name] = round(statistics.median(times), 1)
+    conn.execute(POINT.format(id=1)).fetchall()  # builds StreamDB's index
+    for i, name in enumerate(("update", "delete"), start=len(WRITES)):
+        ids = [(size // 3 + (i * probes + p) * 991) % size for p in range(probes)]
+        out[f"{name}, point read"] = round(statistics.median(
+            probe(conn, WRITES[name](0, old), POINT.format(id=(old + 1) % size)) for old in ids), 2)
     new = 20_000_000 + size * 10
     if streamdb:
         conn.execute("FLUSH")
@@ -135,7 +144,7 @@ def main() -> None:
     print("| rows | write | StreamDB read ms | PostgreSQL read ms |")
     print("|---|---|---|---|")
     for s in steps:
-        for name in WRITES:
+        for name in [*WRITES, "update, point read", "delete, point read"]:
             print(f"| {s['rows']:,} | {name} | {s['streamdb_ms'][name]} | {s['postgresql_ms'][name]} |")
         print(f"| {s['rows']:,} | insert, then the view (PostgreSQL: its query) | {s['streamdb_ms']['view']} | "
               f"{s['postgresql_ms']['agg']} |")

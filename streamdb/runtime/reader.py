@@ -93,6 +93,9 @@ class RelationReader:
         # Hash indexes for point lookups, by (relation, key columns): the cached table they
         # index and key -> row positions in it.
         self._indexes: dict[tuple[int, tuple[str, ...]], KeyIndex] = {}
+        # Indexes whose table changed by rows that moved (`_Patches`): patched by the next lookup
+        # that needs them, so a write followed by no lookup pays no copy of the index.
+        self._patches: dict[tuple[int, tuple[str, ...]], _Patches] = {}
 
     def forget(self, rel_id: int) -> None:
         with self._lock:
@@ -102,6 +105,8 @@ class RelationReader:
             self._counts.pop(rel_id, None)
             for key in [key for key in self._indexes if key[0] == rel_id]:
                 del self._indexes[key]
+            for key in [key for key in self._patches if key[0] == rel_id]:
+                del self._patches[key]
 
     def end_offsets(self, rel: RelationDef, snap: Snapshot) -> tuple[int, ...]:
         return tuple(snap.end_offset(rel.id, p) for p in range(rel.partitions))
@@ -233,7 +238,16 @@ class RelationReader:
         table = self.read_state(rel, snap)
         with self._lock:
             index = self._indexes.get((rel.id, columns))
+            patches = self._patches.get((rel.id, columns))
+            steps = list(patches.steps) if patches is not None else []
         if index is not None and index.table is table:
+            return index
+        if patches is not None and steps[-1][0] is table:
+            index = patches.apply(steps)
+            with self._lock:
+                if self._patches.get((rel.id, columns)) is patches and patches.table is table:
+                    del self._patches[(rel.id, columns)]
+                    self._indexes[(rel.id, columns)] = index
             return index
         index = KeyIndex(table, columns)
         with self._lock:
@@ -287,20 +301,30 @@ class RelationReader:
         return self._store(rel, offsets, table, table, None)
 
     def _store(self, rel: RelationDef, offsets: tuple[int, ...], old: pa.Table, new: pa.Table,
-               added: pa.Table | None) -> pa.Table:
+               added: pa.Table | None, refilled: tuple[Refill, pa.Table] | None = None) -> pa.Table:
         """Caches `new`, the relation's rows at `offsets`, made from the cached `old`. `added`:
         `new` is `old` then these rows, so the indexes of `old` stay valid (extended; readers
-        still holding `old` skip positions past its end); None: rows moved, the indexes go
-        (rebuilt by the next lookup)."""
+        still holding `old` skip positions past its end). `refilled`: `new` is `old` with some
+        rows replaced as the Refill says, with these rows; the indexes of `old` are copied with
+        those positions changed (readers still holding an index of `old` keep it whole).
+        Neither: rows moved, the indexes go (rebuilt by the next lookup)."""
         if new is not old and new.num_columns and new.column(0).num_chunks > 64:
             new = new.combine_chunks()
         with self._lock:
+            waiting = [k for k in self._patches if k[0] == rel.id and new is not old]
             for key in [k for k in self._indexes if k[0] == rel.id and new is not old]:
-                index = self._indexes[key]
-                if added is not None and index.table is old:
+                index = self._indexes.pop(key)
+                if index.table is not old:
+                    continue
+                if added is not None:
                     index.extend(new, added)
-                else:
-                    del self._indexes[key]
+                    self._indexes[key] = index
+                elif refilled is not None:
+                    self._patches[key] = _Patches(index, [(new, *refilled)])
+            for key in waiting:
+                patches = self._patches[key]
+                if patches.table is not old or not patches.add(new, added, refilled):
+                    del self._patches[key]
             self._tables[rel.id] = (offsets, new)
         return new
 
@@ -312,9 +336,10 @@ class RelationReader:
         (a table's key holds one row, a view's key is its row, held as many times as its
         count), with the row of its last insertion (a table's update retracts the old row and
         inserts the new one under the same key). Rescanning and decoding the whole state store
-        at every change cost every read O(relation) (~1.4 s at 500k rows). Changes that only
-        insert keep the old rows where they were, so the point-lookup indexes are extended, not
-        rebuilt. None if the cached rows and the log disagree (they are rebuilt then)."""
+        at every change cost every read O(relation) (~1.4 s at 500k rows). The old rows keep
+        their positions (changes that only insert are appended; others fill the positions of
+        the rows they remove, `Refill`), so the point-lookup indexes are extended or patched,
+        not rebuilt. None if the cached rows and the log disagree (they are rebuilt then)."""
         done, table = cached
         if len(done) != len(offsets) or any(d > o for d, o in zip(done, offsets, strict=True)):
             return None
@@ -344,8 +369,8 @@ class RelationReader:
             return None
         repeat = [i for i, n in enumerate(counts) for _ in range(n)]
         added = rows.take(pa.array(repeat, pa.int64())).cast(table.schema)
-        kept = table.filter(pc.invert(stale))
-        return self._store(rel, offsets, table, pa.concat_tables([kept, added]) if added.num_rows else kept, None)
+        refill = Refill.of(table.num_rows, pc.indices_nonzero(stale).to_pylist(), added.num_rows)
+        return self._store(rel, offsets, table, refill.apply(table, added), None, (refill, added))
 
     def read_delta(self, rel: RelationDef, snap: Snapshot, start: tuple[int, ...]) -> pa.Table:
         """Changes after `start` (per-partition offsets) up to the snapshot: columns, rowtime, __weight."""
@@ -386,17 +411,96 @@ def _repeated(changes: pa.Table, names: list[str]) -> pa.Table:
     return rows.take(pa.array(repeat, pa.int64()))
 
 
+class _Patches:
+    """An index and the changes of its table since: each the new table and either the rows
+    appended (`added`) or a Refill and its rows. At most MAX_REFILLS refills wait (each is a copy
+    of the index when applied); past that, rebuilding it is as cheap."""
+
+    MAX_REFILLS = 4
+
+    def __init__(self, base: KeyIndex, steps: list[tuple[pa.Table, Refill, pa.Table]]) -> None:
+        self.base = base
+        self.steps: list[tuple[pa.Table, Refill | None, pa.Table]] = list(steps)
+
+    @property
+    def table(self) -> pa.Table:
+        return self.steps[-1][0]
+
+    def add(self, table: pa.Table, added: pa.Table | None, refilled: tuple[Refill, pa.Table] | None) -> bool:
+        if added is not None:
+            self.steps.append((table, None, added))
+            return True
+        if refilled is None or sum(1 for _, r, _ in self.steps if r is not None) >= self.MAX_REFILLS:
+            return False
+        self.steps.append((table, *refilled))
+        return True
+
+    def apply(self, steps: list[tuple[pa.Table, Refill | None, pa.Table]]) -> KeyIndex:
+        """The index of the table of the last of `steps` (the first ones of this). The first
+        step is a refill (`_store`), so the base, which readers may hold, is copied before
+        anything extends it."""
+        index = self.base
+        for table, refill, rows in steps:
+            if refill is None:
+                assert index is not self.base
+                index.extend(table, rows)
+            else:
+                index = index.refilled(table, refill, rows)
+        return index
+
+
+class Refill:
+    """Where the rows of a change that removes rows go, so that most rows keep their positions
+    (and the point-lookup indexes can be patched, not rebuilt): the `holes` (positions of rows
+    gone, ascending) are filled first by the `added` rows, then, if fewer rows were added than
+    removed, by the last rows of the table (`movers`); added rows beyond the holes are appended.
+    `targets[i]` takes added row i for i < added, and `movers[i - added]` after that."""
+
+    __slots__ = ("rows", "holes", "added", "targets", "movers")
+
+    def __init__(self, rows: int, holes: list[int], added: int, targets: list[int], movers: list[int]) -> None:
+        self.rows, self.holes, self.added, self.targets, self.movers = rows, holes, added, targets, movers
+
+    @staticmethod
+    def of(rows: int, holes: list[int], added: int) -> Refill:
+        size = rows - len(holes) + added
+        targets = [h for h in holes if h < size] + list(range(rows, size))
+        gone = set(holes)
+        movers = [p for p in range(size, rows) if p not in gone]
+        assert len(targets) == added + len(movers)
+        return Refill(rows, holes, added, targets, movers)
+
+    @property
+    def size(self) -> int:
+        return self.rows - len(self.holes) + self.added
+
+    def sources(self) -> list[int]:
+        """For each target, its row in the old rows followed by the added ones."""
+        return [self.rows + i for i in range(self.added)] + self.movers
+
+    def apply(self, table: pa.Table, added: pa.Table) -> pa.Table:
+        import numpy as np
+
+        take = np.arange(self.size, dtype=np.int64)
+        take[np.asarray(self.targets, dtype=np.int64)] = np.asarray(self.sources(), dtype=np.int64)
+        both = pa.concat_tables([table, added]) if added.num_rows else table
+        return both.take(pa.array(take))
+
+
 class KeyIndex:
     """A cached table's rows by the values of some columns (a scalar key for one column, a
     tuple for several), and its columns as Python values, converted once per column read."""
 
-    __slots__ = ("table", "columns", "positions", "_values")
+    __slots__ = ("table", "columns", "positions", "_values", "_owned")
 
     def __init__(self, table: pa.Table, columns: tuple[str, ...]) -> None:
         self.table = table
         self.columns = columns
         self.positions: dict[Any, list[int]] = {}
         self._values: dict[str, list[Any]] = {}
+        # A refilled copy shares the lists of the keys it did not touch with the index it was
+        # copied from: the keys whose lists are its own (None: all), copied before they grow.
+        self._owned: set[Any] | None = None
         self._add(table, 0)
 
     def values(self, column: str) -> list[Any]:
@@ -413,18 +517,67 @@ class KeyIndex:
             values.extend(added.column(name).to_pylist())
         self.table = grown
 
-    def _add(self, table: pa.Table, first: int) -> None:
+    def refilled(self, table: pa.Table, refill: Refill, added: pa.Table) -> KeyIndex:
+        """This index for `table`, this index's table with rows replaced as `refill` says: a
+        copy, so readers holding this one keep a whole index of their table. Only the keys of
+        the rows gone, moved and added change."""
+        index = KeyIndex.__new__(KeyIndex)
+        index.table, index.columns = table, self.columns
+        positions = index.positions = dict(self.positions)
+        owned = index._owned = set()
+        old = self.table
+        gone: dict[Any, set[int]] = {}
+        for key, p in zip(self._keys(old.take(pa.array(refill.holes + refill.movers, pa.int64()))),
+                          refill.holes + refill.movers, strict=True):
+            gone.setdefault(key, set()).add(p)
+        came: dict[Any, list[int]] = {}
+        mover_rows = old.take(pa.array(refill.movers, pa.int64())) if refill.movers else None
+        for key, t in zip(self._keys(added), refill.targets, strict=False):
+            came.setdefault(key, []).append(t)
+        if mover_rows is not None:
+            for key, t in zip(self._keys(mover_rows), refill.targets[refill.added:], strict=True):
+                came.setdefault(key, []).append(t)
+        for key in gone.keys() | came.keys():
+            dropped = gone.get(key, set())
+            kept = [p for p in positions.get(key, ()) if p not in dropped] + came.get(key, [])
+            if kept:
+                positions[key] = kept
+                owned.add(key)
+            else:
+                positions.pop(key, None)
+        index._values = {}
+        sources = refill.sources()
+        for name, values in self._values.items():
+            moved = list(values)
+            extra = added.column(name).to_pylist()
+            if refill.size > len(moved):
+                moved.extend([None] * (refill.size - len(moved)))
+            for t, src in zip(refill.targets, sources, strict=True):
+                moved[t] = extra[src - refill.rows] if src >= refill.rows else values[src]
+            del moved[refill.size:]
+            index._values[name] = moved
+        return index
+
+    def _keys(self, table: pa.Table) -> Iterator[Any]:
         if len(self.columns) == 1:
-            keys: Any = table.column(self.columns[0]).to_pylist()
-        else:
-            keys = zip(*(table.column(c).to_pylist() for c in self.columns), strict=True)
+            return iter(table.column(self.columns[0]).to_pylist())
+        return zip(*(table.column(c).to_pylist() for c in self.columns), strict=True)
+
+    def _add(self, table: pa.Table, first: int) -> None:
+        keys = self._keys(table)
         positions = self.positions
+        owned = self._owned
         for i, key in enumerate(keys, first):
             found = positions.get(key)
             if found is None:
                 positions[key] = [i]
-            else:
+                if owned is not None:
+                    owned.add(key)
+            elif owned is None or key in owned:
                 found.append(i)
+            else:
+                positions[key] = [*found, i]
+                owned.add(key)
 
 
 def _json_value(v: Any, t: T.SqlType) -> Any:
