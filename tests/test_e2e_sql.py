@@ -392,6 +392,11 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         "SELECT format('%s', 2.0::float8), format('%s|%s', 1e20::float8, 'a'), format('%L', 2.0::float8), "
         "format('%s%%-%s', 'a', NULL), format('%L and %L', 'it''s', NULL), format('plain')",
         f"SELECT id, format('x=%s n=%L', s, n) FROM {t} ORDER BY id",
+        # Functions PostgreSQL types double precision print as floats do (2.0 was `2.0`), and a
+        # guarded sqrt keeps its name (it was `case`).
+        "SELECT sqrt(4)::text, power(2, 3)::text, exp(0)::text, ln(1)::text, floor(5)::text, "
+        "round(2.5::float8)::text, trunc(2.5::float8)::text, pi()::text, 'r=' || sqrt(9)",
+        f"SELECT id, sqrt(abs(a))::text, 'r=' || sqrt(n), floor(a) || '', ceil(a::float8 / 3 + 1)::text FROM {t} ORDER BY id",
     ]
 
     def answer(c, sql: str) -> tuple:

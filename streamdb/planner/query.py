@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cache, lru_cache, partial
-from typing import Any
+from typing import Any, cast
 
 import sqlglot
 from sqlglot import exp
@@ -1019,6 +1019,7 @@ def _math_domain_errors(query: exp.Expression) -> None:
         if checks:
             guarded = exp.Case(ifs=[exp.If(this=cond, true=raise_call(state, message)) for cond, state, message in checks],
                                default=node.copy())
+            guarded.meta[SQL_NAME] = postgres_column_name(cast(exp.Expression, node))  # sqrt, not the CASE's name
             node.replace(guarded)
 
 
@@ -1268,9 +1269,44 @@ def _float_text_digits(node: exp.Expr) -> int | None:
     """For a double (15) or a real (6) whose text PostgreSQL writes: the decimal exponent from
     which it writes it in %e form. None for anything else (or a type not certain here)."""
     t = certain_type(node)
-    if t is None or not t.is_type(*_FLOATS):
+    if t is None:
+        return 15 if _number_kind(node) == "double" else None
+    if not t.is_type(*_FLOATS):
         return None
     return 6 if t.is_type(exp.DataType.Type.FLOAT) else 15
+
+
+# PostgreSQL's functions that give a double precision whatever numbers they take, and those
+# that give one for integers and doubles (a numeric argument picks their numeric form, as does
+# a second argument of round and trunc).
+_ALWAYS_DOUBLE = (exp.Cbrt, exp.Pi, exp.Radians, exp.Degrees, exp.Sin, exp.Cos, exp.Tan, exp.Cot, exp.Asin,
+                  exp.Acos, exp.Atan, exp.Atan2, exp.Sinh, exp.Cosh, exp.Tanh, exp.Rand)
+_DOUBLE_OF_NUMBERS = (exp.Sqrt, exp.Exp, exp.Ln, exp.Log, exp.Pow, exp.Floor, exp.Ceil, exp.Round, exp.Trunc)
+
+
+def _number_kind(node: exp.Expr) -> str | None:
+    """"double" or "integer" where PostgreSQL's type of `node` is one of those and follows from
+    its shape where sqlglot's type is not certain (certain_type): sqrt(4) and floor(x) of a double
+    are doubles, abs() keeps its argument's type, and a call guarded by _math_domain_errors (a
+    CASE whose other branches raise) is its call's. None otherwise."""
+    node = node.unnest()
+    t = certain_type(node)
+    if t is not None:
+        if t.is_type(*_FLOATS):
+            return "double"
+        return "integer" if t.this in exp.DataType.INTEGER_TYPES else None
+    if isinstance(node, _ALWAYS_DOUBLE):
+        return "double"
+    if isinstance(node, _DOUBLE_OF_NUMBERS) and not node.args.get("decimals"):
+        args = [node.this, *([node.expression] if node.args.get("expression") is not None else [])]
+        return "double" if all(_number_kind(a) is not None for a in args if a is not None) else None
+    if isinstance(node, exp.Abs) and node.this is not None:
+        return _number_kind(node.this)
+    default = node.args.get("default") if isinstance(node, exp.Case) else None
+    if default is not None and all(isinstance(i.args.get("true"), exp.Anonymous)
+                                   and i.args["true"].name.lower() == RAISE_FUNCTION.lower() for i in node.args["ifs"]):
+        return _number_kind(default)
+    return None
 
 
 def _float_texts(query: exp.Expression, text: Callable[[exp.Expression, int], exp.Expression]) -> exp.Expression:

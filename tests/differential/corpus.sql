@@ -297,6 +297,12 @@ SELECT * FROM generate_series(-2, 4, 3), {depts} ORDER BY 1, dept;
 SELECT v.k, v.label, d.floor FROM (VALUES ('eng', 'E'), ('ops', 'O'), ('none', 'N')) AS v(k, label)
 LEFT JOIN {depts} d ON d.dept = v.k;
 
+-- query: float functions as text
+SELECT id, sqrt(age)::text, sqrt(abs(score))::text AS r, floor(score)::text AS f, ceil(score) || '' AS c,
+    round(score)::text AS rd, trunc(score)::text AS t, concat(power(age, 2), '/', floor(age)) AS p,
+    'pi ' || round(pi()) AS pi
+FROM {people};
+
 -- query: floats as text
 SELECT id, score::text AS s, 'score ' || score AS label, concat(name, ':', score) AS c,
     (score * 1e20)::text AS big, (score / 1e6)::text AS small, score::real::text AS r,
