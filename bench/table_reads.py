@@ -11,8 +11,10 @@ size, --probes times, three writes each followed by the same ad hoc read:
 
 timed from the read's start to its rows (the write is acknowledged before); then --probes times
 an update and a delete each followed by a point read, `SELECT v FROM t WHERE id = <an id>`
-(`update, point read`, `delete, point read`), which StreamDB answers from a hash index on id:
-rebuilt after every update or delete until 2026-11-28 (night), patched since. Before 2026-11-28 a
+(`update, point read`, `delete, point read`), and 300 point reads with no write between them
+(`point read, no write before`, the median of the last 250). StreamDB answered those from a hash
+index on id over the cached rows (rebuilt after every update or delete until 2026-11-28, night);
+it now reads the row by its primary key from the table's state store. Before 2026-11-28 a
 StreamDB table's cached rows were rescanned and decoded from the state store after every write,
 so the read cost O(table); they are now brought up to date from the write's changes. The same
 for a materialized view with a row per 10 ids of a copy `tv` of the table (StreamDB only: `view`,
@@ -86,7 +88,13 @@ def measure(conn: psycopg.Connection[Any], size: int, probes: int, streamdb: boo
         times = [probe(conn, write(10_000_000 + size * 10 + i * probes + p, (size // 2 + (i * probes + p) * 997) % size),
                        READ) for p in range(probes)]
         out[name] = round(statistics.median(times), 1)
-    conn.execute(POINT.format(id=1)).fetchall()  # builds StreamDB's index
+    conn.execute(POINT.format(id=1)).fetchall()
+    idle = []
+    for k in range(300):  # no write between these
+        t = time.monotonic()
+        conn.execute(POINT.format(id=k * 61 % size)).fetchall()
+        idle.append((time.monotonic() - t) * 1000)
+    out["point read, no write before"] = round(statistics.median(idle[50:]), 3)
     for i, name in enumerate(("update", "delete"), start=len(WRITES)):
         ids = [(size // 3 + (i * probes + p) * 991) % size for p in range(probes)]
         out[f"{name}, point read"] = round(statistics.median(
@@ -144,7 +152,7 @@ def main() -> None:
     print("| rows | write | StreamDB read ms | PostgreSQL read ms |")
     print("|---|---|---|---|")
     for s in steps:
-        for name in [*WRITES, "update, point read", "delete, point read"]:
+        for name in [*WRITES, "point read, no write before", "update, point read", "delete, point read"]:
             print(f"| {s['rows']:,} | {name} | {s['streamdb_ms'][name]} | {s['postgresql_ms'][name]} |")
         print(f"| {s['rows']:,} | insert, then the view (PostgreSQL: its query) | {s['streamdb_ms']['view']} | "
               f"{s['postgresql_ms']['agg']} |")

@@ -1,8 +1,11 @@
-"""Point lookups by key (planner/lookup.py): answered from a hash index over the cached rows,
-by the simple and the extended protocol, and always equal to the general engine's answer
+"""Point lookups by key (planner/lookup.py): answered from a hash index over the cached rows (a
+table's whole primary key: from its state store, one read by key), by the simple and the
+extended protocol, and always equal to the general engine's answer
 (the same query written so that it is not a lookup: `id + 0 = 5` runs on the embedded engine)."""
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 import psycopg
 
@@ -84,6 +87,35 @@ def test_lookup_follows_new_events_updates_and_deletes(conn, unique):
         assert both(conn, f"SELECT v FROM {t} WHERE id = 2", f"SELECT v FROM {t} WHERE id + 0 = 2") == \
             [(f"two-{round_}",)]
         assert both(conn, f"SELECT v FROM {t} WHERE id = 1", f"SELECT v FROM {t} WHERE id + 0 = 1") == []
+
+
+def test_lookup_by_a_tables_primary_key_reads_its_row_by_key(conn, unique):
+    """A table's row by its whole primary key is read from its state store by key (issue 14: the
+    hash index over the cached rows was rebuilt, then patched, after each update or delete): every
+    column type answers as the general engine does, a composite key in any order, a parameter, and
+    after updates and deletes."""
+    t, pair = f"lk_pk_{unique}", f"lk_pair_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, b BIGINT, s TEXT, vc VARCHAR(8), r REAL, d DOUBLE PRECISION, "
+                 f"n NUMERIC(10, 2), ts TIMESTAMP, tz TIMESTAMPTZ, day DATE, iv INTERVAL, ok BOOLEAN, j JSONB, "
+                 f"u UUID, a INT[])")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 9000000000, 'x', 'abc', 0.1, 0.1, 12.50, '2024-01-02 03:04:05.5', "
+                 f"'2024-01-02 03:04:05+02', '2024-02-29', '1 day 02:00:00', true, '{{\"k\": [1, 2]}}', "
+                 f"'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{{1,2,NULL}}'), "
+                 f"(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
+    for key in (1, 2, 3):
+        both(conn, f"SELECT * FROM {t} WHERE id = {key}", f"SELECT * FROM {t} WHERE id + 0 = {key}")
+        both(conn, f"SELECT r, s, id FROM {t} WHERE id = %s", f"SELECT r, s, id FROM {t} WHERE id + 0 = %s", (key,))
+    conn.execute(f"UPDATE {t} SET s = 'y', r = 2.5, n = 7 WHERE id = 1")
+    conn.execute(f"DELETE FROM {t} WHERE id = 2")
+    assert both(conn, f"SELECT s, r, n FROM {t} WHERE id = 1", f"SELECT s, r, n FROM {t} WHERE id + 0 = 1") == [
+        ("y", 2.5, Decimal("7.00"))]
+    assert both(conn, f"SELECT s FROM {t} WHERE id = 2", f"SELECT s FROM {t} WHERE id + 0 = 2") == []
+    conn.execute(f"CREATE TABLE {pair} (a TEXT, b INT, v TEXT, PRIMARY KEY (a, b))")
+    conn.execute(f"INSERT INTO {pair} VALUES ('x', 1, 'x1'), ('x', 2, 'x2'), ('y', 1, 'y1')")
+    assert both(conn, f"SELECT v FROM {pair} WHERE b = 2 AND a = 'x'",
+                f"SELECT v FROM {pair} WHERE b + 0 = 2 AND a = 'x'") == [("x2",)]
+    assert both(conn, f"SELECT v FROM {pair} WHERE a = %s AND b = %s",
+                f"SELECT v FROM {pair} WHERE a = %s AND b + 0 = %s", ("y", 1)) == [("y1",)]
 
 
 def test_lookup_shapes_that_take_the_general_path(conn, unique):

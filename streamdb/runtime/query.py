@@ -16,13 +16,15 @@ from streamdb import types as T
 from streamdb.errors import DataException, UndefinedTable
 from streamdb.planner.context import SessionInfo
 from streamdb.planner.plans import QueryPlan
+from streamdb.runtime import changes as C
 from streamdb.runtime import embedded, failpoints, limits, system_catalog
 from streamdb.runtime.api import Column
 from streamdb.runtime.catalog_store import stored_in
 from streamdb.runtime.changes import from_arrow_value
-from streamdb.runtime.reader import KeyIndex
+from streamdb.runtime.reader import KeyIndex, keyed_rows_table, state_store
 
 if TYPE_CHECKING:
+    from streamdb.catalog import RelationDef
     from streamdb.runtime.engine import Engine
 
 log = logging.getLogger("streamdb.query")
@@ -111,6 +113,11 @@ def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[A
     rel = engine.catalog.by_id(lookup.relation_id)
     if rel is None:
         raise UndefinedTable(f"relation {lookup.relation_id} was dropped while the query ran")
+    values = tuple(plan.params[p - 1] if p else v for p, v in zip(lookup.key_params, lookup.key_literals,
+                                                                  strict=True))
+    if rel.kind == "table" and rel.primary_key and not rel.schemaless \
+            and sorted(lookup.key_columns) == sorted(rel.primary_key):
+        return _row_by_primary_key(engine, rel, plan, dict(zip(lookup.key_columns, values, strict=True)))
     if build:
         with engine.storage.snapshot() as snap:
             if not stored_in(snap, rel):  # dropped since the catalog above (gather_inputs)
@@ -121,8 +128,6 @@ def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[A
         index = engine.reader.current_key_index(rel, offsets, lookup.key_columns)  # type: ignore[arg-type]
     if index is None:
         return None
-    values = tuple(plan.params[p - 1] if p else v for p, v in zip(lookup.key_params, lookup.key_literals,
-                                                                  strict=True))
     # NULL equals nothing, itself included.
     positions = () if None in values else index.positions.get(values[0] if len(values) == 1 else values, ())
     if not positions:
@@ -135,6 +140,44 @@ def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[A
         picked = [raw[p] for p in positions if p < end]
         out.append(picked if convert is None else [convert(v) for v in picked])
     return list(zip(*out, strict=True))
+
+
+def _row_by_primary_key(engine: Engine, rel: RelationDef, plan: QueryPlan,
+                        key: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """A table's row by its whole primary key: one read of its state store, where a table's
+    rows are kept by their key (as UPDATE and DELETE by key read them). Whatever the table's
+    size and however recently it was written, unlike the hash index over its cached rows,
+    which a change that removes rows makes the next lookup patch (~20 ms at 500k rows): a few
+    reads of RocksDB, fit for the event loop."""
+    lookup = plan.lookup
+    assert lookup is not None
+    if any(v is None for v in key.values()):
+        return []  # NULL equals nothing
+    row_key = C.key_of(tuple(key[name] for name in rel.primary_key))
+    with engine.storage.snapshot() as snap:
+        if not stored_in(snap, rel):  # dropped since the planner's catalog
+            raise UndefinedTable(f'relation "{rel.name}" was dropped while the query ran')
+        raw = snap.get(state_store(rel.id), row_key)
+    if raw is None:
+        return []
+    row = C.decode_state_row(raw)[0]
+    types = {c.name: c.type for c in rel.columns}
+    if all(types[name].oid in _AS_STORED and col.type.oid == types[name].oid
+           for name, col in zip(lookup.output_columns, plan.columns, strict=True)):
+        names = rel.column_names()
+        return [tuple(row[names.index(name)] for name in lookup.output_columns)]
+    table = keyed_rows_table(rel, [row], [row_key])  # the values as a query over the rows gives them
+    out = []
+    for name, col in zip(lookup.output_columns, plan.columns, strict=True):
+        convert = value_converter(table.schema.field(name).type, col.type)
+        value = table.column(name)[0].as_py()
+        out.append(value if convert is None else convert(value))
+    return [tuple(out)]
+
+
+# Types whose stored Python values are what a read through Arrow gives back (a real is not: as a
+# float32 it reads back rounded).
+_AS_STORED = frozenset(t.oid for t in (T.BOOLEAN, T.SMALLINT, T.INTEGER, T.BIGINT, T.TEXT, T.VARCHAR, T.DOUBLE))
 
 
 def duck_value(v: Any) -> Any:
