@@ -389,7 +389,7 @@ class PipelineManager:
                 self._errors_of(vid, snap)
                 self._show_errors(vid)
                 self._show_healing(vid, state.done)
-                flows.append(ViewFlow(vid, df, state.ops_base, state.joins, self._hold_of(vid, depth, fresh)))
+                flows.append(ViewFlow(vid, df, state.ops_base, state.joins, self._hold_of(vid, df, depth, fresh)))
         if commit.puts or commit.appends or commit.deletes:
             engine.storage.commit(commit)
         relations = {rid: rel for f in flows for rid in f.dataflow.relations()
@@ -424,11 +424,13 @@ class PipelineManager:
         held = self._holds.pop(view_id, None)
         return None if held is None or held.missed else held.log_end
 
-    def _hold_of(self, view_id: int, depth: int, fresh: bool) -> dict[int, tuple[int, ...]] | None:
+    def _hold_of(self, view_id: int, dataflow: D.Dataflow, depth: int, fresh: bool) -> dict[int, tuple[int, ...]] | None:
         held = self._holds.get(view_id)
         if held is None or held.log_end is not None or held.missed:
             return None
-        if depth < PUSH_PIPELINES or not fresh:  # other views share the pipeline, or it went past
+        # Other views share the pipeline, it went past already, or the statement did not note
+        # every log the pipeline reads.
+        if depth < PUSH_PIPELINES or not fresh or not set(dataflow.relations()) <= set(held.offsets):
             held.missed = True
             return None
         return held.offsets
