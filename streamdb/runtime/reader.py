@@ -305,9 +305,10 @@ class RelationReader:
         """Caches `new`, the relation's rows at `offsets`, made from the cached `old`. `added`:
         `new` is `old` then these rows, so the indexes of `old` stay valid (extended; readers
         still holding `old` skip positions past its end). `refilled`: `new` is `old` with some
-        rows replaced as the Refill says, with these rows; the indexes of `old` are copied with
-        those positions changed (readers still holding an index of `old` keep it whole).
-        Neither: rows moved, the indexes go (rebuilt by the next lookup)."""
+        rows replaced as the Refill says, with these rows; the indexes of `old` wait as
+        `_Patches`, applied to a copy by the next lookup that needs them (readers still holding
+        an index of `old` keep it whole). Neither: rows moved, the indexes go (rebuilt by the
+        next lookup)."""
         if new is not old and new.num_columns and new.column(0).num_chunks > 64:
             new = new.combine_chunks()
         with self._lock:
