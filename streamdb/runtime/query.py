@@ -155,9 +155,12 @@ def _row_by_primary_key(engine: Engine, rel: RelationDef, plan: QueryPlan,
         return []  # NULL equals nothing
     row_key = C.key_of(tuple(key[name] for name in rel.primary_key))
     with engine.storage.snapshot() as snap:
-        if not stored_in(snap, rel):  # dropped since the planner's catalog
-            raise UndefinedTable(f'relation "{rel.name}" was dropped while the query ran')
         raw = snap.get(state_store(rel.id), row_key)
+        # No row: the table may have been dropped since the planner's catalog (its rows go in
+        # the same commit), which is an error, not an empty answer. Checked only then, as a row
+        # found was the table's in this snapshot.
+        if raw is None and not stored_in(snap, rel):
+            raise UndefinedTable(f'relation "{rel.name}" was dropped while the query ran')
     if raw is None:
         return []
     row = C.decode_state_row(raw)[0]
