@@ -692,11 +692,14 @@ public final class Operators {
 
   /**
    * The partition's rows with their counts and times, kept by row (`texts`: row -> [count, time]).
-   * A batch that touches the partition recomputes its sessions before and after its changes and
-   * emits the difference: each row with its session's bounds appended (a session is a run of rows
-   * whose times, in order, are at most the gap apart; start = the first time, end = the last plus
-   * the gap; a NULL time is a session of its own with NULL bounds). Rows whose session did not
-   * change net to nothing. Cost: the touched partition's rows, sorted once per batch.
+   * A batch that touches the partition emits the difference its changes make to the rows'
+   * sessions: each row with its session's bounds appended (a session is a run of rows whose
+   * times, in order, are at most the gap apart; start = the first time, end = the last plus the
+   * gap; a NULL time is a session of its own with NULL bounds). Only sessions within the gap of a
+   * changed row's time can change (an added row joins or bridges the sessions it is within the
+   * gap of; a removed one was in its session's span, and each piece it leaves ends within the gap
+   * of it), so only their rows are emitted, before (retracted) and after. Cost: reading and
+   * sorting the touched partition's rows, and the changed sessions' rows.
    */
   static void session(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
     Map<String, Long> delta = new LinkedHashMap<>();
@@ -719,8 +722,26 @@ public final class Operators {
       rows.put(e.getKey(), new Timed(e.getKey(), Long.parseLong(parsed[0]),
                                      parsed[1] == null ? null : Long.parseLong(parsed[1])));
     }
+    List<Long> changedTimes = new ArrayList<>();
+    List<String> untimed = new ArrayList<>();  // changed rows with a NULL time: sessions of their own
+    for (String row : delta.keySet()) {
+      Timed old = rows.get(row);
+      Long ts = old != null ? old.ts : timeOf.get(row);
+      if (ts == null) {
+        untimed.add(row);
+      } else {
+        changedTimes.add(ts);
+      }
+    }
+    long[] times = changedTimes.stream().mapToLong(Long::longValue).sorted().toArray();
     Map<String, Long> diff = new HashMap<>();
-    sessions(s, rows.values(), -1, diff);
+    changedSessions(s, rows.values(), times, -1, diff);
+    for (String row : untimed) {
+      Timed old = rows.get(row);
+      if (old != null && old.count > 0) {
+        diff.merge(withBounds(s, row, null, null), -old.count, Long::sum);
+      }
+    }
     for (Map.Entry<String, Long> e : delta.entrySet()) {
       String row = e.getKey();
       Timed old = rows.get(row);
@@ -734,7 +755,13 @@ public final class Operators {
         st.putText(row, strings(new String[] {Long.toString(count), ts == null ? null : ts.toString()}));
       }
     }
-    sessions(s, rows.values(), 1, diff);
+    changedSessions(s, rows.values(), times, 1, diff);
+    for (String row : untimed) {
+      Timed now = rows.get(row);
+      if (now != null && now.count > 0) {
+        diff.merge(withBounds(s, row, null, null), now.count, Long::sum);
+      }
+    }
     for (Map.Entry<String, Long> e : diff.entrySet()) {
       if (e.getValue() != 0) {
         out.add(new Rec(s.id, 0, key, e.getKey(), null, null, e.getValue()));
@@ -742,16 +769,15 @@ public final class Operators {
     }
   }
 
-  /** Adds each row (count > 0) with its session's bounds to `acc`, times `sign`. */
-  private static void sessions(Spec.Op s, Collection<Timed> rows, long sign, Map<String, Long> acc) {
+  /**
+   * Adds each timed row (count > 0) of the sessions within the gap of a time in `times` (sorted)
+   * with its session's bounds to `acc`, times `sign`.
+   */
+  private static void changedSessions(Spec.Op s, Collection<Timed> rows, long[] times, long sign,
+                                      Map<String, Long> acc) {
     List<Timed> timed = new ArrayList<>();
     for (Timed t : rows) {
-      if (t.count <= 0) {
-        continue;
-      }
-      if (t.ts == null) {
-        acc.merge(withBounds(s, t.row, null, null), sign * t.count, Long::sum);
-      } else {
+      if (t.count > 0 && t.ts != null) {
         timed.add(t);
       }
     }
@@ -762,13 +788,23 @@ public final class Operators {
       while (j < timed.size() && timed.get(j).ts - timed.get(j - 1).ts <= s.gapMicros) {
         j++;
       }
-      Long start = timed.get(i).ts;
-      Long end = timed.get(j - 1).ts + s.gapMicros;
-      for (int x = i; x < j; x++) {
-        acc.merge(withBounds(s, timed.get(x).row, start, end), sign * timed.get(x).count, Long::sum);
+      long first = timed.get(i).ts;
+      long last = timed.get(j - 1).ts;
+      if (anyWithin(times, first - s.gapMicros, last + s.gapMicros)) {
+        Long end = last + s.gapMicros;
+        for (int x = i; x < j; x++) {
+          acc.merge(withBounds(s, timed.get(x).row, first, end), sign * timed.get(x).count, Long::sum);
+        }
       }
       i = j;
     }
+  }
+
+  /** Whether a value of `sorted` lies in [lo, hi]. */
+  private static boolean anyWithin(long[] sorted, long lo, long hi) {
+    int at = java.util.Arrays.binarySearch(sorted, lo);
+    int from = at >= 0 ? at : -at - 1;
+    return from < sorted.length && sorted[from] <= hi;
   }
 
   /** A row's JSON object with the session's bounds as two more fields (micros, as rows carry times). */
