@@ -93,7 +93,8 @@ class _Hold:
     """A push query's view held at its inputs' offsets as of the push query's start: no batch of
     its (own, fresh) pipeline crosses them, and `log_end` is the view's log end once a batch ends
     exactly there, the result as of that start (`held_result`). `missed`: that cannot be (its
-    pipeline is shared, or was not fresh), so the push query computes that result another way."""
+    pipeline is shared, was not fresh, or reads a log the offsets do not name), so the push query
+    computes that result another way."""
 
     offsets: dict[int, tuple[int, ...]]
     log_end: tuple[int, ...] | None = None
