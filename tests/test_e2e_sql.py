@@ -397,6 +397,10 @@ def test_builtins_answer_as_postgresql_on_both_engines(conn, postgres_server, un
         "SELECT sqrt(4)::text, power(2, 3)::text, exp(0)::text, ln(1)::text, floor(5)::text, "
         "round(2.5::float8)::text, trunc(2.5::float8)::text, pi()::text, 'r=' || sqrt(9)",
         f"SELECT id, sqrt(abs(a))::text, 'r=' || sqrt(n), floor(a) || '', ceil(a::float8 / 3 + 1)::text FROM {t} ORDER BY id",
+        # An explicit cast to varchar(n) keeps n characters (both engines kept the whole text).
+        "SELECT 'abcdef'::varchar(3), CAST('abcdef' AS varchar(2)), 12345::varchar(3), 1.5::float8::varchar(2), "
+        "'héllo'::varchar(2), NULL::varchar(2), 'ab'::varchar(5)",
+        f"SELECT id, s::varchar(2), (s || s)::varchar(7) AS w FROM {t} ORDER BY id",
     ]
 
     def answer(c, sql: str) -> tuple:

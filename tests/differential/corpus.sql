@@ -303,6 +303,11 @@ SELECT id, sqrt(age)::text, sqrt(abs(score))::text AS r, floor(score)::text AS f
     'pi ' || round(pi()) AS pi
 FROM {people};
 
+-- query: casts to varchar(n) keep n characters
+SELECT id, name::varchar(3) AS n3, CAST(dept AS varchar(1)) AS d1, (name || '!')::varchar(20) AS whole,
+    score::varchar(3) AS s3
+FROM {people};
+
 -- query: floats as text
 SELECT id, score::text AS s, 'score ' || score AS label, concat(name, ':', score) AS c,
     (score * 1e20)::text AS big, (score / 1e6)::text AS small, score::real::text AS r,
