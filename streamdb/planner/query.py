@@ -1209,20 +1209,20 @@ def _length_limited_casts(query: exp.Expression) -> None:
     (`'abcdef'::varchar(3)` is `abc`); both engines kept the whole text. The value is cut to n
     characters (of its text: a float's as PostgreSQL writes it, its mark moved to that cast) and
     the cast keeps its column name. Mutates `query`."""
-    for cast in list(query.find_all(exp.Cast)):
-        to, value = cast.to, cast.this
+    for node in list(query.find_all(exp.Cast)):
+        to, value = node.to, node.this
         params = to.expressions if to is not None else []
         if value is None or to.this not in (exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR) or len(params) != 1:
             continue
         length = params[0].this if isinstance(params[0], exp.DataTypeParam) else params[0]
         if not (isinstance(length, exp.Literal) and length.is_int):
             continue
-        name = postgres_column_name(cast)
+        name = postgres_column_name(node)
         as_text = exp.Cast(this=value.copy(), to=exp.DataType.build("TEXT"))
-        if "float_text" in cast.meta:
-            as_text.meta["float_text"] = cast.meta.pop("float_text")
-        cast.set("this", exp.Substring(this=as_text, start=exp.Literal.number(1), length=length.copy()))
-        cast.meta[SQL_NAME] = name
+        if "float_text" in node.meta:
+            as_text.meta["float_text"] = node.meta.pop("float_text")
+        node.set("this", exp.Substring(this=as_text, start=exp.Literal.number(1), length=length.copy()))
+        node.meta[SQL_NAME] = name
 
 
 def _formats_as_concatenations(query: exp.Expression) -> None:
