@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -106,8 +107,9 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
 
 
 def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[Any, ...]] | None:
-    """A point lookup answered from the relation's hash index. Without `build`, None unless the
-    index is current (then it costs microseconds, fit for the event loop)."""
+    """A point lookup answered from the relation's hash index (a table's whole primary key: by
+    its row's key, `_row_by_primary_key`). Without `build`, None unless the index is current
+    (then it costs microseconds, fit for the event loop)."""
     lookup = plan.lookup
     assert lookup is not None
     rel = engine.catalog.by_id(lookup.relation_id)
@@ -133,11 +135,19 @@ def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[A
     if not positions:
         return []
     end = index.table.num_rows  # an index extended for a newer table holds rows past this one
+    return _picked_rows(plan, index.table.schema, index.values, [p for p in positions if p < end])
+
+
+def _picked_rows(plan: QueryPlan, schema: pa.Schema, values_of: Callable[[str], list[Any]],
+                 positions: list[int]) -> list[tuple[Any, ...]]:
+    """A lookup's output columns at `positions` of a table's columns (as Python values), as
+    clients get them."""
+    assert plan.lookup is not None
     out = []
-    for name, col in zip(lookup.output_columns, plan.columns, strict=True):
-        raw = index.values(name)
-        convert = value_converter(index.table.schema.field(name).type, col.type)
-        picked = [raw[p] for p in positions if p < end]
+    for name, col in zip(plan.lookup.output_columns, plan.columns, strict=True):
+        raw = values_of(name)
+        convert = value_converter(schema.field(name).type, col.type)
+        picked = [raw[p] for p in positions]
         out.append(picked if convert is None else [convert(v) for v in picked])
     return list(zip(*out, strict=True))
 
@@ -170,12 +180,7 @@ def _row_by_primary_key(engine: Engine, rel: RelationDef, plan: QueryPlan,
         names = rel.column_names()
         return [tuple(row[names.index(name)] for name in lookup.output_columns)]
     table = keyed_rows_table(rel, [row], [row_key])  # the values as a query over the rows gives them
-    out = []
-    for name, col in zip(lookup.output_columns, plan.columns, strict=True):
-        convert = value_converter(table.schema.field(name).type, col.type)
-        value = table.column(name)[0].as_py()
-        out.append(value if convert is None else convert(value))
-    return [tuple(out)]
+    return _picked_rows(plan, table.schema, lambda name: table.column(name).to_pylist(), [0])
 
 
 # Types whose stored Python values are what a read through Arrow gives back (a real is not: as a

@@ -33,9 +33,7 @@ from streamdb.runtime.subscriptions import Subscription
 from streamdb.runtime.views import result_rows
 
 if TYPE_CHECKING:
-    from streamdb.catalog import CatalogSnapshot
     from streamdb.runtime.engine import Engine
-    from streamdb.storage.base import Snapshot
 
 _SYSTEM_SESSION = SessionInfo("streamdb", "streamdb")
 log = logging.getLogger(__name__)
@@ -61,7 +59,7 @@ async def start(engine: Engine, sub: Subscription, view: CreateViewPlan, user: s
             commit, added, snapshot = engine.catalog.plan_change(add=[rel])
             rel = added[0]
             if sub.baseline is not None:  # without a snapshot: its first batch ends where it began
-                engine.views.pipelines.hold(rel.id, _offsets_then(engine, catalog, rel.depends_on, sub.baseline))
+                engine.views.pipelines.hold(rel.id, engine.views.input_offsets(rel, catalog, sub.baseline))
             # Shielded, as a staging view's (create_relation._replace_view): a cancel landing in the
             # commit must not leave the view without its removal below.
             adding = asyncio.ensure_future(commit_and_apply(engine, commit, snapshot))
@@ -80,13 +78,6 @@ async def start(engine: Engine, sub: Subscription, view: CreateViewPlan, user: s
         if adding is not None:
             await asyncio.shield(remove_once_added(adding, engine, rel.id))
         raise
-
-
-def _offsets_then(engine: Engine, catalog: CatalogSnapshot, depends_on: tuple[int, ...],
-                  snap: Snapshot) -> dict[int, tuple[int, ...]]:
-    """The ends of the logs the view reads, in the snapshot taken when the push query began."""
-    return {dep: engine.reader.end_offsets(r, snap) for dep in depends_on
-            if (r := catalog.by_id(dep)) is not None and r.kind != "view"}
 
 
 def _attach(engine: Engine, sub: Subscription, name: str) -> None:

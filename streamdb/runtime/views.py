@@ -437,7 +437,8 @@ class ViewMaintainer:
                     log.exception("push query failed")
                     sub.fail(InternalError(f"internal error: {type(e).__name__}: {e}"))
 
-    def _input_offsets(self, view: RelationDef, catalog: CatalogSnapshot, snap) -> dict[int, tuple[int, ...]]:
+    def input_offsets(self, view: RelationDef, catalog: CatalogSnapshot, snap) -> dict[int, tuple[int, ...]]:
+        """The ends, in `snap`, of the logs of what the view depends on."""
         out = {}
         for rel_id in view.depends_on:
             rel = catalog.by_id(rel_id)
@@ -730,7 +731,7 @@ class ViewMaintainer:
 
     def _prepare(self, view: RelationDef, st: ViewStatus, catalog: CatalogSnapshot, snap) -> _Work | None:
         """What a view's epoch needs: its inputs (or their changes) at this snapshot, and its SQL."""
-        offsets = self._input_offsets(view, catalog, snap)
+        offsets = self.input_offsets(view, catalog, snap)
         due = st.time_dependent and (st.last_epoch_at is None or time.time() - st.last_epoch_at >= TICK_SECONDS)
         if offsets == st.processed and st.epochs > 0 and not due:
             return None
@@ -1072,7 +1073,7 @@ class ViewMaintainer:
         st = self.status.get(view.id)
         catalog = self.engine.catalog.snapshot()
         with self.engine.storage.snapshot() as snap:
-            current = self._input_offsets(view, catalog, snap)
+            current = self.input_offsets(view, catalog, snap)
         done = st.processed if st else {}
         return sum(sum(c) - sum(done.get(k, (0,) * len(c))) for k, c in current.items())
 
