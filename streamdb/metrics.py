@@ -188,6 +188,7 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._log_appends()
+        yield from self._storage_commits()
         yield from self._views()
         yield from self._push_queries()
         yield from self._sources()
@@ -210,6 +211,17 @@ class EngineCollector(Collector):
         self.metrics.forget_relations(dropped)
         yield records
         yield size
+
+    def _storage_commits(self) -> Iterator[Metric]:
+        """Group commit at work: commits / groups is how many commits one durable write carried."""
+        storage = self.engine.storage
+        commits, groups = getattr(storage, "commits_written", None), getattr(storage, "groups_written", None)
+        if not isinstance(commits, int) or not isinstance(groups, int):
+            return  # a log backend without group commit
+        yield CounterMetricFamily("streamdb_storage_commits", "Commits made durable in the data directory's "
+                                  "log since the server started.", value=commits)
+        yield CounterMetricFamily("streamdb_storage_commit_groups", "Durable writes (one fsync each) that "
+                                  "carried those commits: several sessions' commits share one.", value=groups)
 
     def _views(self) -> Iterator[Metric]:
         engine = self.engine

@@ -114,6 +114,13 @@ def test_metrics_reflect_connections_statements_appends_views_and_push_queries(s
     assert delta(after, "streamdb_statement_duration_seconds_count", kind="insert") == 3
     assert delta(after, "streamdb_statement_duration_seconds_sum", kind="insert") > 0
 
+    # Group commit: each INSERT (and the catalog's and the view's commits) made one commit durable;
+    # a durable write carries one or more of them.
+    commits = delta(after, "streamdb_storage_commits_total")
+    groups = delta(after, "streamdb_storage_commit_groups_total")
+    assert commits >= 3 + 1 + 1  # the INSERTs, CREATE STREAM, CREATE MATERIALIZED VIEW at least
+    assert 1 <= groups <= commits
+
     # The log: the stream's four records, and the view's changes.
     assert value(after, "streamdb_log_appended_records_total", relation=clicks, kind="stream") == 4
     assert value(after, "streamdb_log_appended_bytes_total", relation=clicks, kind="stream") > 0

@@ -15,9 +15,19 @@ sequence number and is written in the same WriteBatch as the commit.
 
 Writes go through a single writer thread (group commit): callers enqueue their
 Commit and wait; the writer drains everything queued, assigns offsets and
-sequence numbers in queue order, writes ONE WriteBatch with sync=True and then
+sequence numbers in queue order, writes ONE WriteBatch, syncs the WAL and then
 acknowledges every caller. A failed write fails every caller of the group and
 assigns nothing.
+
+The write and its sync are two calls: rocksdict holds the GIL through ``write``
+(a synced write froze every other thread of the server, the event loop included,
+for the fsync's duration), and releases it in ``flush_wal(True)``. RocksDB
+documents the difference: a write followed by a WAL sync is as durable as a
+synced write, but its rows are visible to reads before the sync ends. Nothing is
+acknowledged and no log offset is published before it ends (readers of the log
+stop at published offsets); a read of a table's state may see a row up to one
+fsync early, which only an OS crash inside that window would take back (the
+writer was never told it was committed). See docs/storage.md.
 
 Snapshots are RocksDB iterators: an iterator reads from an implicit RocksDB
 snapshot taken when it is created, so every read of a Snapshot (which reuses
@@ -276,7 +286,7 @@ class RocksDBStorage(Storage):
                 ) from exc
             raise storage_error(exc, f"open storage at {path}") from exc
         self._write_options = WriteOptions()
-        self._write_options.sync = sync
+        self._write_options.sync = False  # synced by flush_wal, outside the GIL (module docstring)
 
         # Writer-owned state; other threads only read the ints (atomic in CPython).
         self._next_offsets: dict[int, dict[int, int]] = {}
@@ -538,6 +548,8 @@ class RocksDBStorage(Storage):
             _inject_test_fault()
         try:
             self._db.write(wb, self._write_options)
+            if self._sync:
+                self._db.flush_wal(True)
         except Exception as exc:
             err = storage_error(exc, "commit")
             err.message += "; storage accepts no more writes until the server restarts"
