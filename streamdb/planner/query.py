@@ -744,8 +744,9 @@ def postgres_column_name(node: exp.Expression) -> str:
         return postgres_column_name(node.this)
     if isinstance(node, (exp.Window, exp.Filter)):  # agg(...) OVER (...), agg(...) FILTER (WHERE ...)
         return postgres_column_name(node.this)
-    if isinstance(node, (exp.JSONExtract, exp.JSONExtractScalar)):
-        return "?column?"  # an operator (->, ->>), not a function
+    if isinstance(node, (exp.JSONExtract, exp.JSONExtractScalar, exp.JSONBExtract, exp.JSONBExtractScalar,
+                         exp.RegexpLike, exp.RegexpILike)):
+        return "?column?"  # an operator (->, ->>, #>, ~, ~*), not a function (those are named at parse)
     if isinstance(node, exp.Count):
         return "count"
     if isinstance(node, (exp.ExplodingGenerateSeries, exp.GenerateSeries)):
@@ -763,6 +764,8 @@ def postgres_column_name(node: exp.Expression) -> str:
                 "case": "case", "coalesce": "coalesce"}.get(key, key)
     if isinstance(node, exp.Case):
         return "case"
+    if isinstance(node, exp.Interval):
+        return "interval"  # interval '90 minutes' is a typed literal: a cast to its type
     return "?column?"
 
 
@@ -1389,9 +1392,10 @@ def _spark_float_text(query: exp.Expression) -> exp.Expression:
 def _cast_in_place(node: exp.Expr, type_name: str) -> None:
     """`node` becomes CAST(node AS type_name), the node itself wrapped rather than copied, so a node
     marked inside another keeps its place in the query."""
-    cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
-    node.replace(cast)
-    cast.set("this", node)
+    wrapper = exp.Cast(this=exp.Null(), to=exp.DataType.build(type_name))
+    wrapper.meta[SQL_NAME] = postgres_column_name(cast(exp.Expression, node))  # the engines' cast, not the user's: no int4
+    node.replace(wrapper)
+    wrapper.set("this", node)
 
 
 def _array_text_literals(query: exp.Expression) -> None:

@@ -114,6 +114,10 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
 DATE_PART = "date_part"  # meta of an exp.Extract written as date_part(...)
 
 
+# Calls PostgreSQL's grammar turns into something else, named after that (a type, btrim, ...).
+_GRAMMAR_NAMED = frozenset({"CAST", "TRY_CAST", "TRIM", "CONVERT"})
+
+
 def _named(node: exp.Expr, name: str) -> exp.Expr:
     node.meta["sql_name"] = name  # planner/functions.SQL_NAME: the output column's name
     return node
@@ -367,6 +371,27 @@ class StreamDB(Postgres):
             )
 
         # EMIT would otherwise be taken as an implicit alias in `SELECT a FROM t EMIT CHANGES`.
+        def _parse_function_call(
+            self,
+            functions: dict[str, t.Callable] | None = None,
+            anonymous: bool = False,
+            optional_parens: bool = True,
+            any_token: bool = False,
+        ) -> exp.Expr | None:
+            # PostgreSQL names an unaliased call's column after the function as written
+            # (lpad, strpos, date_trunc, make_timestamp); sqlglot's node for it is named after
+            # its own canonical function (pad, str_position, timestamp_trunc, ...), so the call
+            # keeps its name. CAST and TRIM are grammar, named otherwise (a type, btrim).
+            name = None
+            if self._curr and self._next and self._next.token_type == TokenType.L_PAREN:
+                written = self._curr.text
+                if written.upper() not in _GRAMMAR_NAMED and self._curr.token_type != TokenType.IDENTIFIER:
+                    name = written.lower()
+            call = super()._parse_function_call(functions, anonymous, optional_parens, any_token)
+            if name is not None and call is not None and not isinstance(call, exp.Anonymous):
+                call.meta.setdefault("sql_name", name)
+            return call
+
         def _parse_table_alias(
             self, alias_tokens: t.Collection[TokenType] | None = None
         ) -> exp.TableAlias | None:

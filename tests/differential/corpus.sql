@@ -313,3 +313,10 @@ SELECT id, score::text AS s, 'score ' || score AS label, concat(name, ':', score
     (score * 1e20)::text AS big, (score / 1e6)::text AS small, score::real::text AS r,
     (score * 1e5)::real || '' AS rbig, format('%s=%L (%s%%)', name, score, age) AS f
 FROM {people};
+
+-- query: unaliased calls are named after the function as written
+-- view: refused 42701
+SELECT id, lpad(name, 10, '*'), rpad(dept, 6), strpos(name, 'a'), position('a' in name), mod(age, 7),
+    date_trunc('month', hired::timestamp), make_date(2024, 1, id), to_date('2024-05-17', 'YYYY-MM-DD'),
+    name ~ '^[A-G]', hired - DATE '2000-01-01', interval '90 minutes', length(name), upper(dept)
+FROM {people};
