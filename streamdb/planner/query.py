@@ -844,6 +844,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     for select in list(query.find_all(exp.Select)):
         _rewrite_with_ties(select)
     rewrite_regexp_functions(query)
+    _json_path_operators(query)
     _rewrite_approx_percentiles(query)
     _add_unseen_schemaless_columns(query, ctx, resolver)
     inputs = tuple(resolver.inputs.values())
@@ -1419,6 +1420,42 @@ def _array_text_literals(query: exp.Expression) -> None:
         node.meta.setdefault(SQL_NAME, postgres_column_name(exp.Cast(this=exp.Null(), to=node.to.expressions[0])))
         node.set("this", exp.Array(expressions=[
             exp.Null() if item is None else exp.Literal.string(values.format_text(item, element)) for item in items]))
+
+
+_INTEGER_ELEMENT = re.compile(r"-?[0-9]+")
+
+
+def _json_path_operators(query: exp.Expression) -> None:
+    """`x #> '{a,1}'` and `x #>> '{a,1}'` (PostgreSQL's path operators, which neither engine has)
+    as the steps `x -> 'a' -> ...` they stand for, the last one `->>` for `#>>`. An integer
+    element is an object's key or an array's position, whichever the value is: both steps,
+    COALESCE'd (the other one is NULL; `-1` counts from the end). A path that is not a literal,
+    is empty or has a NULL element is left as it is (refused). Mutates `query`."""
+    from streamdb import values
+
+    for node in list(query.find_all(exp.JSONBExtract, exp.JSONBExtractScalar)):
+        path, value = node.expression, node.this
+        if not (isinstance(path, exp.Literal) and path.is_string) or value is None:
+            continue
+        elements = values.parse_array(path.this, T.TEXT)
+        if not elements or not all(isinstance(e, str) for e in elements):
+            continue
+        current: exp.Expression = value
+        for i, element in enumerate(elements):
+            step = exp.JSONExtractScalar if isinstance(node, exp.JSONBExtractScalar) and i == len(elements) - 1 \
+                else exp.JSONExtract
+            by_key = step(this=current, expression=exp.JSONPath(expressions=[
+                exp.JSONPathRoot(), exp.JSONPathKey(this=element)]), only_json_types=True)
+            if _INTEGER_ELEMENT.fullmatch(element):
+                n = int(element)
+                position = exp.JSONPath(expressions=[exp.JSONPathRoot(), exp.JSONPathSubscript(this=n)]) \
+                    if n >= 0 else exp.Neg(this=exp.Literal.number(-n))
+                by_position = step(this=current.copy(), expression=position, only_json_types=True)
+                current = exp.Coalesce(this=by_key, expressions=[by_position])
+            else:
+                current = by_key
+        current.meta[SQL_NAME] = "?column?"  # an operator's column, not coalesce's
+        node.replace(current)
 
 
 def _is_gcd_or_lcm(node: exp.Anonymous) -> bool:
@@ -2044,8 +2081,73 @@ def _spark_gcd_lcm(query: exp.Expression) -> exp.Expression:
     return query.transform(fix)
 
 
+def _spark_json_values(query: exp.Expression) -> exp.Expression:
+    """`doc -> 'k'` and `doc ->> 'k'` (and `-> 1`) on Spark through its variant type. sqlglot wrote
+    GET_JSON_OBJECT, which gives a string's contents without its quotes (`x` for {"k":"x"}: not
+    JSON, so `->` could not be read back as json or jsonb: a view of it failed, an ad hoc query
+    raised an internal error) and a JSON null as the text `null` (`->>` is SQL NULL for it).
+    to_json(variant_get(from_json(doc, 'variant'), path, 'variant')) is `->`'s JSON text, and
+    variant_get(..., 'string') `->>`'s (from_json, not parse_json: sqlglot drops parse_json when
+    it reads the Spark SQL back, planner/fused.py). A chain `doc -> 'a' -> 1 ->> 'b'` is one
+    path, read once; a position from the end (`-> -1`) is try_element_at's. A key with both
+    quote characters stays as sqlglot writes it."""
+    for node in reversed(list(query.find_all(exp.JSONExtract, exp.JSONExtractScalar))):  # innermost first
+        scalar = isinstance(node, exp.JSONExtractScalar)
+        if node.this is None:
+            continue
+        back = node.expression
+        if isinstance(back, exp.Neg) and isinstance(back.this, exp.Literal) and back.this.is_int:
+            # doc -> -1: from the end, which a variant path cannot say; try_element_at counts so
+            # (and is NULL past the start, or for an object: not an array)
+            element = exp.Anonymous(this="try_element_at", expressions=[
+                exp.Anonymous(this="from_json", expressions=[node.this.copy(), exp.Literal.string("array<variant>")]),
+                back.copy()])
+            value: exp.Expression = exp.Anonymous(this="variant_get", expressions=[
+                element, exp.Literal.string("$"), exp.Literal.string("string")]) if scalar \
+                else exp.Anonymous(this="to_json", expressions=[element])
+        else:
+            path = _variant_path(back)
+            if path is None:
+                continue
+            doc, inner = node.this, node.this.meta.get("variant_path")
+            if inner is not None:  # doc -> 'a' -> 1: one path, $['a'][1]
+                doc, path = inner[0], inner[1] + path[1:]
+            value = exp.Anonymous(this="variant_get", expressions=[
+                exp.Anonymous(this="from_json", expressions=[doc.copy(), exp.Literal.string("variant")]),
+                exp.Literal.string(path), exp.Literal.string("string" if scalar else "variant")])
+            if not scalar:
+                value = exp.Anonymous(this="to_json", expressions=[value])
+                value.meta["variant_path"] = (doc, path)
+        if node is query:  # a view's expression on its own (runtime/spark/pipeline.render)
+            query = value
+        else:
+            node.replace(value)
+    return query
+
+
+def _variant_path(path: exp.Expression | None) -> str | None:
+    if not isinstance(path, exp.JSONPath) or not path.expressions \
+            or not isinstance(path.expressions[0], exp.JSONPathRoot):
+        return None
+    out = "$"
+    for part in path.expressions[1:]:
+        if isinstance(part, exp.JSONPathKey) and isinstance(part.this, str):
+            key = part.this
+            if "'" not in key:
+                out += f"['{key}']"
+            elif '"' not in key:
+                out += f'["{key}"]'
+            else:
+                return None
+        elif isinstance(part, exp.JSONPathSubscript) and isinstance(part.this, int) and part.this >= 0:
+            out += f"[{part.this}]"
+        else:
+            return None
+    return out
+
+
 _SPARK_REWRITES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
-    _spark_float_text, _spark_gcd_lcm, _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
+    _spark_json_values, _spark_float_text, _spark_gcd_lcm, _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
     _spark_series_tables, _spark_distinct_on_order, spark_float_rounds, _spark_epochs, _spark_array_aggs,
     _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts,
 )

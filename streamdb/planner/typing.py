@@ -93,6 +93,8 @@ def _kept_type(node: exp.Expr) -> T.SqlType | None:
     if isinstance(node, exp.JSONExtract):
         inner = _kept_type(node.this)
         return inner if inner in (T.JSON, T.JSONB) else None
+    if isinstance(node, exp.Coalesce) and isinstance(node.this, exp.JSONExtract):
+        return _kept_type(node.this)  # #> '{a,1}': a key's or a position's step (query._json_path_operators)
     if not isinstance(node, (exp.Column, exp.Cast)) or node.type is None:
         return None
     try:

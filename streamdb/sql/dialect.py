@@ -220,6 +220,11 @@ class StreamDB(Postgres):
             "DATE_PART": lambda self: _marked_date_part(self._parse_date_part()),
         }
 
+        # PostgreSQL has no lambdas: `coalesce(doc -> 'a', ...)` is json's -> operator, which
+        # sqlglot read as a lambda `doc -> 'a'` in a call's arguments ("invalid lambda expression").
+        # `name => value` (named arguments) stays.
+        LAMBDAS = {k: v for k, v in PostgresParser.LAMBDAS.items() if k != TokenType.ARROW}
+
         # SESSION is a keyword to sqlglot (ALTER SESSION); followed by `(` it is the session
         # window table function, SESSION(rel, ts, gap [, key ...]), like TUMBLE and HOP.
         FUNC_TOKENS = {*PostgresParser.FUNC_TOKENS, TokenType.SESSION}
