@@ -8,6 +8,23 @@ from streamdb.catalog import PUBLIC_SCHEMA, RelationDef
 from streamdb.errors import UndefinedTable
 from streamdb.planner.context import PlanContext
 
+# PostgreSQL 15's keywords that quote_ident() quotes: every category but the unreserved one
+# (reserved, type or function names, column names: src/include/parser/kwlist.h).
+QUOTED_KEYWORDS = frozenset("""
+all analyse analyze and any array as asc asymmetric both case cast check collate column constraint
+create current_catalog current_date current_role current_time current_timestamp current_user default
+deferrable desc distinct do else end except false fetch for foreign from grant group having in
+initially intersect into lateral leading limit localtime localtimestamp not null offset on only or
+order placing primary references returning select session_user some symmetric table then to
+trailing true union unique user using variadic when where window with
+authorization binary collation concurrently cross current_schema freeze full ilike inner is isnull
+join left like natural notnull outer overlaps right similar tablesample verbose
+between bigint bit boolean char character coalesce dec decimal exists extract float greatest grouping
+inout int integer interval least national nchar none normalize nullif numeric out overlay position
+precision real row setof smallint substring time timestamp treat trim values varchar xmlattributes
+xmlconcat xmlelement xmlexists xmlforest xmlnamespaces xmlparse xmlpi xmlroot xmlserialize xmltable
+""".split())
+
 
 def normalize(ident: exp.Identifier | str | None) -> str:
     """Unquoted identifiers fold to lower case; quoted ones keep their case."""

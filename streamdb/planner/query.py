@@ -33,7 +33,7 @@ from streamdb.planner.coerce import NotALiteral, TypedValue
 from streamdb.planner.context import PlanContext
 from streamdb.planner.functions import SQL_NAME, resolve_calls
 from streamdb.planner.lookup import point_lookup
-from streamdb.planner.names import normalize, position_of, table_name
+from streamdb.planner.names import QUOTED_KEYWORDS, normalize, position_of, table_name
 from streamdb.planner.numeric_scale import unconstrained_numeric_casts
 from streamdb.planner.plans import QueryPlan, RelationInput
 from streamdb.planner.regexps import rewrite_regexp_functions
@@ -854,6 +854,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     _array_text_literals(query)
     _mark_from_types(query, inputs)
     _formats_as_concatenations(query)
+    _quote_functions(query)
     _length_limited_casts(query)
     _postgresql_numbering(query)
     _math_domain_errors(query)
@@ -1234,14 +1235,16 @@ def _formats_as_concatenations(query: exp.Expression) -> None:
     the embedded engine's FORMAT reads {} (sqlglot turns a lone %s into one, not two), so
     `format('x=%s y=%s', x, y)` gave 'x=%s y=%s'; Spark's format_string prints NULL as `null`
     and has no %L. PostgreSQL: %s is the argument's text, '' for NULL; %L quotes it as a literal
-    (NULL unquoted). Other specifiers (%I, positions, widths) keep the engines' own format."""
+    (NULL unquoted); %I as an identifier, as quote_ident() (NULL is NULL, where PostgreSQL
+    refuses it). Other specifiers
+    (positions, widths) keep the engines' own format."""
     for node in list(query.find_all(exp.Format)):
         pattern = node.this
         if not isinstance(pattern, exp.Literal) or not pattern.is_string:
             continue
         text, args = pattern.this, list(node.expressions)
         specifiers = [m.group(1) for m in _FORMAT_SPECIFIER.finditer(text)]
-        if any(k not in "sL%" for k in specifiers) or sum(k != "%" for k in specifiers) > len(args):
+        if any(k not in "sIL%" for k in specifiers) or sum(k != "%" for k in specifiers) > len(args):
             continue
         parts: list[exp.Expression] = []
         used, pos = 0, 0
@@ -1257,19 +1260,56 @@ def _formats_as_concatenations(query: exp.Expression) -> None:
             as_text = exp.Cast(this=arg.copy(), to=exp.DataType.build("TEXT"))
             if m.group(1) == "s":
                 parts.append(exp.Coalesce(this=as_text, expressions=[exp.Literal.string("")]))
+            elif m.group(1) == "I":
+                parts.append(_quoted_identifier(as_text))
             else:
-                quoted = exp.Concat(expressions=[
-                    exp.Literal.string("'"),
-                    exp.Anonymous(this="replace", expressions=[as_text, exp.Literal.string("'"),
-                                                               exp.Literal.string("''")]),
-                    exp.Literal.string("'")])
                 parts.append(exp.Case(ifs=[exp.If(this=exp.Is(this=arg.copy(), expression=exp.Null()),
-                                                  true=exp.Literal.string("NULL"))], default=quoted))
+                                                  true=exp.Literal.string("NULL"))], default=_quoted_literal(as_text)))
         if pos < len(text):
             parts.append(exp.Literal.string(text[pos:]))
         joined = exp.Concat(expressions=parts or [exp.Literal.string("")])
         joined.meta[SQL_NAME] = "format"
         node.replace(joined)
+
+
+def _quoted_literal(text: exp.Expression) -> exp.Expression:
+    """'...' around the text, quotes doubled (PostgreSQL's quote_literal, without its E'' form
+    for backslashes)."""
+    return exp.Concat(expressions=[
+        exp.Literal.string("'"),
+        exp.Anonymous(this="replace", expressions=[text, exp.Literal.string("'"), exp.Literal.string("''")]),
+        exp.Literal.string("'")])
+
+
+def _quoted_identifier(text: exp.Expression) -> exp.Expression:
+    """The text as is when it is a lower-case name and not a keyword PostgreSQL quotes, else in
+    double quotes (doubled inside), as quote_ident()."""
+    quoted = exp.Concat(expressions=[
+        exp.Literal.string('"'),
+        exp.Anonymous(this="replace", expressions=[text.copy(), exp.Literal.string('"'), exp.Literal.string('""')]),
+        exp.Literal.string('"')])
+    keyword = exp.In(this=text.copy(), expressions=[exp.Literal.string(k) for k in sorted(QUOTED_KEYWORDS)])
+    return exp.Case(ifs=[
+        exp.If(this=exp.Is(this=text.copy(), expression=exp.Null()), true=exp.Null()),
+        exp.If(this=keyword, true=quoted.copy()),
+        exp.If(this=exp.RegexpLike(this=text.copy(), expression=exp.Literal.string("^[a-z_][a-z0-9_]*$")),
+               true=text.copy())], default=quoted)
+
+
+def _quote_functions(query: exp.Expression) -> None:
+    """quote_literal(x) and quote_nullable(x), which neither engine has: x's text quoted as a
+    literal; NULL for quote_literal's NULL, the text NULL for quote_nullable's. Mutates `query`."""
+    for call in list(query.find_all(exp.Anonymous)):
+        name = call.name.lower()
+        if name not in ("quote_literal", "quote_nullable") or len(call.expressions) != 1:
+            continue
+        arg = call.expressions[0]
+        as_text = exp.Cast(this=arg.copy(), to=exp.DataType.build("TEXT"))
+        if_null = exp.Null() if name == "quote_literal" else exp.Literal.string("NULL")
+        quoted = exp.Case(ifs=[exp.If(this=exp.Is(this=arg.copy(), expression=exp.Null()), true=if_null)],
+                          default=_quoted_literal(as_text))
+        quoted.meta[SQL_NAME] = name
+        call.replace(quoted)
 
 
 _TEXT_TARGETS = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)

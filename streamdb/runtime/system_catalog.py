@@ -40,6 +40,7 @@ from streamdb.catalog import (
     RoleDef,
 )
 from streamdb.planner.context import SERVER_VERSION, SERVER_VERSION_NUM, SessionInfo
+from streamdb.planner.names import QUOTED_KEYWORDS
 from streamdb.types import SqlType
 
 PG_CATALOG_OID = 11
@@ -496,7 +497,7 @@ def constraint_oid(rel: RelationDef) -> int:
 
 
 def quote_ident(name: str) -> str:
-    if re.fullmatch(r"[a-z_][a-z0-9_$]*", name):
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", name) and name not in QUOTED_KEYWORDS:
         return name
     return '"' + name.replace('"', '""') + '"'
 

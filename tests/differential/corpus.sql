@@ -320,3 +320,8 @@ SELECT id, lpad(name, 10, '*'), rpad(dept, 6), strpos(name, 'a'), position('a' i
     date_trunc('month', hired::timestamp), make_date(2024, 1, id), to_date('2024-05-17', 'YYYY-MM-DD'),
     name ~ '^[A-G]', hired - DATE '2000-01-01', interval '90 minutes', length(name), upper(dept)
 FROM {people};
+
+-- query: format with %I and %L, quote_literal and quote_nullable
+SELECT id, format('%I.%I', coalesce(dept, 'none'), name) AS qi, quote_literal(name) AS ql,
+    quote_nullable(dept) AS qn, format('%L/%s', dept, age) AS f, quote_literal(age) AS qa
+FROM {people};
