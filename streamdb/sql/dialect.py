@@ -375,7 +375,6 @@ class StreamDB(Postgres):
                 and self._next.text.upper() in ("CHANGES", "ON")
             )
 
-        # EMIT would otherwise be taken as an implicit alias in `SELECT a FROM t EMIT CHANGES`.
         def _parse_function_call(
             self,
             functions: dict[str, t.Callable] | None = None,
@@ -397,6 +396,7 @@ class StreamDB(Postgres):
                 call.meta.setdefault("sql_name", name)
             return call
 
+        # EMIT would otherwise be taken as an implicit alias in `SELECT a FROM t EMIT CHANGES`.
         def _parse_table_alias(
             self, alias_tokens: t.Collection[TokenType] | None = None
         ) -> exp.TableAlias | None:
