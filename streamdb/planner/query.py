@@ -1236,8 +1236,7 @@ def _formats_as_concatenations(query: exp.Expression) -> None:
     `format('x=%s y=%s', x, y)` gave 'x=%s y=%s'; Spark's format_string prints NULL as `null`
     and has no %L. PostgreSQL: %s is the argument's text, '' for NULL; %L quotes it as a literal
     (NULL unquoted); %I as an identifier, as quote_ident() (NULL is NULL, where PostgreSQL
-    refuses it). Other specifiers
-    (positions, widths) keep the engines' own format."""
+    refuses it). Other specifiers (positions, widths) keep the engines' own format."""
     for node in list(query.find_all(exp.Format)):
         pattern = node.this
         if not isinstance(pattern, exp.Literal) or not pattern.is_string:
