@@ -1296,17 +1296,23 @@ def _quoted_identifier(text: exp.Expression) -> exp.Expression:
 
 
 def _quote_functions(query: exp.Expression) -> None:
-    """quote_literal(x) and quote_nullable(x), which neither engine has: x's text quoted as a
-    literal; NULL for quote_literal's NULL, the text NULL for quote_nullable's. Mutates `query`."""
+    """quote_literal(x), quote_nullable(x) and quote_ident(x), which neither engine has (the
+    embedded engine's macro for quote_ident left keywords and `$` unquoted): x's text quoted as
+    a literal, NULL for quote_literal's NULL and the text NULL for quote_nullable's; quoted as an
+    identifier where PostgreSQL would. Mutates `query`."""
     for call in list(query.find_all(exp.Anonymous)):
         name = call.name.lower()
-        if name not in ("quote_literal", "quote_nullable") or len(call.expressions) != 1:
+        if name not in ("quote_literal", "quote_nullable", "quote_ident") or len(call.expressions) != 1:
             continue
         arg = call.expressions[0]
         as_text = exp.Cast(this=arg.copy(), to=exp.DataType.build("TEXT"))
-        if_null = exp.Null() if name == "quote_literal" else exp.Literal.string("NULL")
-        quoted = exp.Case(ifs=[exp.If(this=exp.Is(this=arg.copy(), expression=exp.Null()), true=if_null)],
-                          default=_quoted_literal(as_text))
+        quoted: exp.Expression
+        if name == "quote_ident":
+            quoted = _quoted_identifier(as_text)
+        else:
+            if_null = exp.Null() if name == "quote_literal" else exp.Literal.string("NULL")
+            quoted = exp.Case(ifs=[exp.If(this=exp.Is(this=arg.copy(), expression=exp.Null()), true=if_null)],
+                              default=_quoted_literal(as_text))
         quoted.meta[SQL_NAME] = name
         call.replace(quoted)
 

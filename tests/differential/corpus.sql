@@ -323,5 +323,6 @@ FROM {people};
 
 -- query: format with %I and %L, quote_literal and quote_nullable
 SELECT id, format('%I.%I', coalesce(dept, 'none'), name) AS qi, quote_literal(name) AS ql,
-    quote_nullable(dept) AS qn, format('%L/%s', dept, age) AS f, quote_literal(age) AS qa
+    quote_nullable(dept) AS qn, format('%L/%s', dept, age) AS f, quote_literal(age) AS qa,
+    quote_ident(name) AS qi2, quote_ident(CASE WHEN id % 2 = 0 THEN 'user' ELSE dept || '$' END) AS qk
 FROM {people};
