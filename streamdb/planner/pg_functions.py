@@ -726,7 +726,6 @@ _FUNCS: dict[str, _Handler] = {
     "array_upper": _macro("sdb_array_upper", 2),
     "array_lower": _macro("sdb_array_lower", 2),
     "array_length": _macro("sdb_array_length", 2),
-    "quote_ident": _macro("sdb_quote_ident", 1),
     "json_build_object": lambda rw, args: _call("json_object", *args),
     "jsonb_build_object": lambda rw, args: _call("json_object", *args),
     "current_setting": lambda rw, args: rw.current_setting(args),

@@ -93,9 +93,6 @@ def macro_definitions() -> list[str]:
         "THEN CAST(len(a) AS INTEGER) END)",
         "CREATE OR REPLACE MACRO sdb_array_to_string(a, d) AS "
         "(array_to_string(list_filter(a, lambda x: x IS NOT NULL), d))",
-        "CREATE OR REPLACE MACRO sdb_quote_ident(s) AS (CASE WHEN s IS NULL THEN NULL "
-        "WHEN regexp_full_match(s, '[a-z_][a-z0-9_$]*') THEN s "
-        "ELSE '\"' || replace(s, '\"', '\"\"') || '\"' END)",
         f"CREATE OR REPLACE MACRO sdb_pg_postmaster_start_time() AS "
         f"(CAST({_q(start)} AS TIMESTAMPTZ))",
         "CREATE OR REPLACE MACRO sdb_txid_current() AS "

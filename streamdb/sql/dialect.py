@@ -118,11 +118,6 @@ DATE_PART = "date_part"  # meta of an exp.Extract written as date_part(...)
 _GRAMMAR_NAMED = frozenset({"CAST", "TRY_CAST", "TRIM", "CONVERT"})
 
 
-def _named(node: exp.Expr, name: str) -> exp.Expr:
-    node.meta["sql_name"] = name  # planner/functions.SQL_NAME: the output column's name
-    return node
-
-
 def _marked_date_part(node: exp.Expr | None) -> exp.Expr | None:
     if node is not None:
         node.meta[DATE_PART] = True
@@ -209,8 +204,6 @@ class StreamDB(Postgres):
             **PostgresParser.FUNCTIONS,
             "REGEXP_EXTRACT": lambda args: exp.RegexpExtract(
                 this=seq_get(args, 0), expression=seq_get(args, 1), group=seq_get(args, 2)),
-            # substr() names its column substr, substring() substring (sqlglot parses both alike).
-            "SUBSTR": lambda args: _named(exp.Substring.from_arg_list(args), "substr"),
         }
 
         # date_part(field, x) is parsed as EXTRACT(field FROM x), but PostgreSQL's is a double
@@ -393,7 +386,7 @@ class StreamDB(Postgres):
                     name = written.lower()
             call = super()._parse_function_call(functions, anonymous, optional_parens, any_token)
             if name is not None and call is not None and not isinstance(call, exp.Anonymous):
-                call.meta.setdefault("sql_name", name)
+                call.meta.setdefault("sql_name", name)  # planner/functions.SQL_NAME
             return call
 
         # EMIT would otherwise be taken as an implicit alias in `SELECT a FROM t EMIT CHANGES`.
