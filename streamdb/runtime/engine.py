@@ -78,6 +78,7 @@ class Engine:
         from streamdb.runtime import transient_views
 
         transient_views.drop_leftovers(self)
+        self.views.pipelines.drop_stale_checkpoints()
         self.views.pipelines.drop_push_checkpoints()
         self.views.start()
         self.sources.sync()

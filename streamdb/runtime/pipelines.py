@@ -73,6 +73,10 @@ RETRY_MAX_SECONDS = 60.0
 _BROKEN = "broken"
 # Bumped when the compiled form of dataflows changes: views then rebuild their state.
 PLAN_VERSION = "2"  # 2: timestamps and dates as integers in row and key JSON
+# The stateful operators' state variables (DeltaProcessor.java), written in the checkpoints'
+# directory; a checkpoint of another layout is dropped at start (drop_stale_checkpoints).
+STATE_LAYOUT = "2"  # 2: two map variables per layer, not four
+LAYOUT_FILE = "STATE_LAYOUT"
 
 
 _FINGERPRINTS: weakref.WeakKeyDictionary[D.Dataflow, str] = weakref.WeakKeyDictionary()
@@ -475,6 +479,20 @@ class PipelineManager:
         gone, transient_views.drop_leftovers)."""
         for path in self._checkpoints().glob("push-*"):
             shutil.rmtree(path, ignore_errors=True)
+
+    def drop_stale_checkpoints(self) -> None:
+        """At start: checkpoints of another STATE_LAYOUT (or of before the marker) cannot be read
+        by these operators, so they go, and every pipeline's views are rebuilt from their inputs
+        (a pipeline without a checkpoint starts fresh)."""
+        root = self._checkpoints()
+        marker = root / LAYOUT_FILE
+        if marker.exists() and marker.read_text().strip() == STATE_LAYOUT:
+            return
+        if root.exists():
+            log.warning("pipeline checkpoints of an older state layout: removed, views are rebuilt")
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        marker.write_text(STATE_LAYOUT + "\n")
 
     def _log_spec(self) -> LogReaderSpec:
         settings = self.engine.settings

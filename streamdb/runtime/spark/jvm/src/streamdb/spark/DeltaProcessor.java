@@ -14,7 +14,6 @@ import org.apache.spark.sql.streaming.StatefulProcessorHandle;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
-import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.util.LongAccumulator;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -49,11 +48,10 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
   public void init(OutputMode outputMode, TimeMode timeMode) {
     spec = Spec.parse(specJson);
     StatefulProcessorHandle h = getHandle();
-    MapState<String, Long> m0 = h.getMapState("m0", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
-    MapState<String, Long> m1 = h.getMapState("m1", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
-    MapState<String, String> texts = h.getMapState("t", Encoders.STRING(), Encoders.STRING(), TTLConfig.NONE());
-    ValueState<String> value = h.getValueState("v", Encoders.STRING(), TTLConfig.NONE());
-    state = new CountingKeyState(new TwsKeyState(m0, m1, texts, value));
+    // Two variables, not one per kind of state: Spark builds each one's encoders in every task.
+    MapState<String, String> first = h.getMapState("s0", Encoders.STRING(), Encoders.STRING(), TTLConfig.NONE());
+    MapState<String, String> second = h.getMapState("s1", Encoders.STRING(), Encoders.STRING(), TTLConfig.NONE());
+    state = new CountingKeyState(new TwsKeyState(first, second));
   }
 
   @Override

@@ -1,11 +1,10 @@
 package streamdb.spark;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.functions;
 import org.apache.spark.sql.execution.streaming.state.RocksDBConf;
 import org.apache.spark.sql.execution.streaming.state.StateStoreConf;
 import org.apache.spark.sql.streaming.OutputMode;
@@ -41,9 +40,11 @@ public final class Layers {
     Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w")
         .mapPartitions((MapPartitionsFunction<Row, Row>) rows -> new Combiner(rows, Spec.parse(spec)),
                        Encoders.row(RECORD));
+    // Grouped by columns, not by a key function: a function's key (AppendColumnsWithObject)
+    // decodes every record into a Row and generates its projections again in every task.
     return input
-        .groupByKey((MapFunction<Row, Row>) r -> RowFactory.create(r.getInt(0), r.isNullAt(2) ? "" : r.getString(2)),
-                    Encoders.row(KEY))
+        .groupBy(input.col("op"), functions.coalesce(input.col("k"), functions.lit("")).as("k"))
+        .as(Encoders.row(KEY), Encoders.row(RECORD))
         .transformWithState(new DeltaProcessor(spec, stateRows, blockCache(records)), TimeMode.None(),
                             OutputMode.Append(), Encoders.row(RECORD));
   }

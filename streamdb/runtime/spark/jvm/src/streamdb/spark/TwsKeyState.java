@@ -3,111 +3,130 @@ package streamdb.spark;
 import java.util.AbstractMap;
 import java.util.Iterator;
 import java.util.Map;
+import java.util.NoSuchElementException;
+import java.util.function.Function;
 import org.apache.spark.sql.streaming.MapState;
-import org.apache.spark.sql.streaming.ValueState;
 import scala.Tuple2;
 
-/** KeyState over Spark's state store (transformWithState state variables of the current key). */
+/**
+ * KeyState over Spark's state store: two transformWithState map variables of the current key.
+ * `first` holds multiset 0, the texts and the value; `second` holds multiset 1 (a join's other
+ * side, which must iterate apart from the first). Spark builds every state variable's encoders
+ * again in each task, and with four variables that was a third of the executors' time in small
+ * batches, so the value and the texts live in the first map under prefixes no row can start
+ * with (rows and multiset keys are JSON or start with a letter; JSON escapes control
+ * characters). Counts are stored as decimal text so that both variables share one type.
+ */
 final class TwsKeyState implements KeyState {
-  private final MapState<String, Long> m0;
-  private final MapState<String, Long> m1;
-  private final MapState<String, String> texts;
-  private final ValueState<String> value;
+  private static final String VALUE = "\u0000";
+  private static final char TEXT = '\u0001';
+  private final MapState<String, String> first;
+  private final MapState<String, String> second;
 
-  TwsKeyState(MapState<String, Long> m0, MapState<String, Long> m1, MapState<String, String> texts,
-              ValueState<String> value) {
-    this.m0 = m0;
-    this.m1 = m1;
-    this.texts = texts;
-    this.value = value;
+  TwsKeyState(MapState<String, String> first, MapState<String, String> second) {
+    this.first = first;
+    this.second = second;
   }
 
-  private MapState<String, Long> map(int which) {
-    return which == 0 ? m0 : m1;
+  private MapState<String, String> map(int which) {
+    return which == 0 ? first : second;
   }
 
   @Override
   public long count(int which, String row) {
-    Long c = map(which).getValue(row);
-    return c == null ? 0 : c;
+    String c = map(which).getValue(row);
+    return c == null ? 0 : Long.parseLong(c);
   }
 
   @Override
   public long add(int which, String row, long delta) {
-    MapState<String, Long> m = map(which);
-    Long c = m.getValue(row);
-    long n = (c == null ? 0 : c) + delta;
+    MapState<String, String> m = map(which);
+    String c = m.getValue(row);
+    long n = (c == null ? 0 : Long.parseLong(c)) + delta;
     if (n == 0) {
       if (c != null) {
         m.removeKey(row);
       }
     } else {
-      m.updateValue(row, n);
+      m.updateValue(row, Long.toString(n));
     }
     return n;
   }
 
   @Override
   public Iterator<Map.Entry<String, Long>> entries(int which) {
-    return entriesOf(map(which).iterator());
+    return select(map(which).iterator(), k -> k.isEmpty() || k.charAt(0) > TEXT ? k : null, Long::parseLong);
   }
 
-  /** A state variable's (key, value) pairs as Java map entries. */
-  private static <V> Iterator<Map.Entry<String, V>> entriesOf(scala.collection.Iterator<Tuple2<String, V>> it) {
+  /** The entries whose key `keyOf` maps to a non-null key, with their values converted. */
+  private static <V> Iterator<Map.Entry<String, V>> select(scala.collection.Iterator<Tuple2<String, String>> it,
+                                                           Function<String, String> keyOf,
+                                                           Function<String, V> valueOf) {
     return new Iterator<Map.Entry<String, V>>() {
+      private Map.Entry<String, V> next;
+
       @Override
       public boolean hasNext() {
-        return it.hasNext();
+        while (next == null && it.hasNext()) {
+          Tuple2<String, String> t = it.next();
+          String k = keyOf.apply(t._1());
+          if (k != null) {
+            next = new AbstractMap.SimpleImmutableEntry<>(k, valueOf.apply(t._2()));
+          }
+        }
+        return next != null;
       }
 
       @Override
       public Map.Entry<String, V> next() {
-        Tuple2<String, V> t = it.next();
-        return new AbstractMap.SimpleImmutableEntry<>(t._1(), t._2());
+        if (!hasNext()) {
+          throw new NoSuchElementException();
+        }
+        Map.Entry<String, V> e = next;
+        next = null;
+        return e;
       }
     };
   }
 
   @Override
   public String text(String key) {
-    return texts.getValue(key);
+    return first.getValue(TEXT + key);
   }
 
   @Override
   public void putText(String key, String v) {
-    texts.updateValue(key, v);
+    first.updateValue(TEXT + key, v);
   }
 
   @Override
   public void removeText(String key) {
-    texts.removeKey(key);
+    first.removeKey(TEXT + key);
   }
 
   @Override
   public Iterator<Map.Entry<String, String>> texts() {
-    return entriesOf(texts.iterator());
+    return select(first.iterator(), k -> k.charAt(0) == TEXT ? k.substring(1) : null, v -> v);
   }
 
   @Override
   public String value() {
-    return value.get();  // null when absent: one read, where exists() then get() made two
+    return first.getValue(VALUE);  // null when absent
   }
 
   @Override
   public void setValue(String v) {
-    value.update(v);
+    first.updateValue(VALUE, v);
   }
 
   @Override
   public void clearValue() {
-    value.clear();
+    first.removeKey(VALUE);
   }
 
   @Override
   public void clear() {
-    m0.clear();
-    m1.clear();
-    texts.clear();
-    value.clear();
+    first.clear();
+    second.clear();
   }
 }
