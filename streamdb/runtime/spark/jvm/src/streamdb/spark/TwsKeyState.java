@@ -58,6 +58,11 @@ final class TwsKeyState implements KeyState {
     return select(map(which).iterator(), k -> k.isEmpty() || k.charAt(0) > TEXT ? k : null, Long::parseLong);
   }
 
+  /** Whether a key of the first map is a text's (its prefix), not a row's or the value's. */
+  private static boolean isText(String k) {
+    return !k.isEmpty() && k.charAt(0) == TEXT;
+  }
+
   /** The entries whose key `keyOf` maps to a non-null key, with their values converted. */
   private static <V> Iterator<Map.Entry<String, V>> select(scala.collection.Iterator<Tuple2<String, String>> it,
                                                            Function<String, String> keyOf,
@@ -106,7 +111,7 @@ final class TwsKeyState implements KeyState {
 
   @Override
   public Iterator<Map.Entry<String, String>> texts() {
-    return select(first.iterator(), k -> k.charAt(0) == TEXT ? k.substring(1) : null, v -> v);
+    return select(first.iterator(), k -> isText(k) ? k.substring(1) : null, v -> v);
   }
 
   @Override
