@@ -246,6 +246,14 @@ def test_views_print_numerics_with_the_scale_postgresql_gives_them(server, conn,
             for i, query in enumerate(SCALED_VIEWS):
                 expected = psql(postgres_server, f"SELECT * FROM ({query.format(t=t)}) q ORDER BY 1")
                 assert psql(server.dsn, f"SELECT * FROM {t}_v{i} ORDER BY 1") == expected, query
+            # Over a stream the linear view is kept as its log, its decimal columns cast whole
+            # into the stored numeric(p, s) when every value fits it (views._exact_decimal).
+            conn.execute(f"CREATE STREAM {t}_s (id INT, grp TEXT, price BIGINT, amount NUMERIC(10, 2))")
+            conn.execute(f"CREATE MATERIALIZED VIEW {t}_sv AS {SCALED_VIEWS[0].format(t=f'{t}_s')}")
+            conn.execute(f"INSERT INTO {t}_s SELECT * FROM {t}")
+            conn.execute("FLUSH")
+            expected = psql(postgres_server, f"SELECT * FROM ({SCALED_VIEWS[0].format(t=t)}) q ORDER BY 1")
+            assert psql(server.dsn, f"SELECT * FROM {t}_sv ORDER BY 1") == expected
         finally:
             pg.execute(f"DROP TABLE {t}")
 

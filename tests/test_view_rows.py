@@ -41,7 +41,25 @@ CASES: list[tuple[str, pa.DataType, T.SqlType, list[Any]]] = [
      [decimal.Decimal("908.000"), None, decimal.Decimal("-1.500"), decimal.Decimal("0.001")]),
     ("numeric from decimal(38,12)", pa.decimal128(38, 12), T.NUMERIC,
      [decimal.Decimal("1.123456789012"), None, decimal.Decimal("2.000000000005")]),
+    ("numeric(38,3) from decimal(24,3)", pa.decimal128(24, 3), T.numeric(38, 3),
+     [decimal.Decimal("90.800"), None, decimal.Decimal("-302.364")]),
+    ("numeric(10,4) from decimal(6,2)", pa.decimal128(6, 2), T.numeric(10, 4), [decimal.Decimal("1234.50"), None]),
+    ("numeric(5,2) from decimal(10,2)", pa.decimal128(10, 2), T.numeric(5, 2), [decimal.Decimal("123.45"), None]),
+    ("numeric(6,1) from decimal(6,2)", pa.decimal128(6, 2), T.numeric(6, 1), [decimal.Decimal("1.25"), None]),
 ]
+
+
+def test_a_decimal_column_is_cast_whole_only_when_every_value_fits_exactly() -> None:
+    """An append-only view's decimal column (Spark's `0.908 * price`, decimal(24, 3)) is cast as
+    a column into a numeric(p, s) it always fits; one that may round or overflow goes value by
+    value (whose rounding and 22003 are the stored rows')."""
+    from streamdb.runtime.views import _exact_decimal
+
+    column = pa.chunked_array([pa.array([decimal.Decimal("90.800")], pa.decimal128(24, 3))])
+    assert _exact_decimal(column, T.numeric(38, 3)) is not None
+    assert _exact_decimal(column, T.NUMERIC) is not None
+    assert _exact_decimal(column, T.numeric(20, 3)) is None  # 21 integer digits may not fit 17
+    assert _exact_decimal(column, T.numeric(30, 2)) is None  # rounds
 
 
 @pytest.mark.parametrize(("arrow_type", "sql_type", "values"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -128,13 +128,17 @@ def _same_values(arrow_type: pa.DataType, t: T.SqlType) -> bool:
 
 
 def _exact_decimal(arr: pa.ChunkedArray, t: T.SqlType) -> pa.ChunkedArray | None:
-    """A decimal column (Spark's decimal(p, s) of `0.908 * price`, say) as an unconstrained
-    NUMERIC's stored decimal, when that is exact: a scale up to the stored one only gains
-    zeros, as quantize() in to_arrow_value gives. None: convert value by value (rounding, a
-    precision to check, or a value too large, whose error that path raises)."""
+    """A decimal column (Spark's decimal(p, s) of `0.908 * price`, say) as a NUMERIC column's
+    stored decimal, when that is exact: a scale up to the stored one only gains zeros, as
+    quantize() in to_arrow_value gives, and for numeric(p, s) integer digits that fit p - s
+    cannot overflow it. None: convert value by value (rounding, a precision to check, or a value
+    too large, whose error that path raises)."""
     target = t.arrow()
-    if t != T.NUMERIC or t.precision_scale is not None or not pa.types.is_decimal(arr.type) \
-            or not pa.types.is_decimal(target) or arr.type.scale > target.scale:
+    if t != T.NUMERIC or not pa.types.is_decimal(arr.type) or not pa.types.is_decimal(target) \
+            or arr.type.scale > target.scale:
+        return None
+    bounds = t.precision_scale
+    if bounds is not None and arr.type.precision - arr.type.scale > bounds[0] - bounds[1]:
         return None
     try:
         return arr.cast(target)  # safe: raises rather than overflow
