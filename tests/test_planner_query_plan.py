@@ -67,3 +67,22 @@ def test_a_text_is_described_once_and_its_errors_every_time(monkeypatch: pytest.
     for _ in range(2):
         with pytest.raises(UndefinedColumn, match="nope"):
             plan_query(parse_one("SELECT nope FROM kt"), CTX)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT k, sum(v) / 2 AS h FROM kt WHERE id > 3 GROUP BY k HAVING count(*) > 1 ORDER BY 1",
+    "SELECT a.k, b.v FROM kt AS a JOIN kt AS b USING (id) WHERE a.v BETWEEN 1 AND 9",
+    "SELECT DISTINCT ON (k) k, v, row_number() OVER (PARTITION BY k ORDER BY v) FROM kt ORDER BY k, v DESC",
+    "SELECT 1, 'x' || version(), current_user, now(), coalesce(NULL, 2.50) * 2",
+    "WITH w AS (SELECT k FROM kt) SELECT count(*) FROM w WHERE k IN (SELECT k FROM kt WHERE v > 0)",
+    "SELECT v FROM kt WHERE id = 5",
+])
+def test_planning_leaves_the_statement_as_it_was(sql: str) -> None:
+    """A session keeps a query's statement and plans it again when the catalog or its settings
+    change (runtime/session.py): planning must not change the tree it is given."""
+    ast = parse_one(sql)
+    before = ast.sql(dialect="postgres")
+    first = plan_query(ast, CTX)
+    assert ast.sql(dialect="postgres") == before
+    again = plan_query(ast, CTX)
+    assert again.duckdb_sql == first.duckdb_sql and again.columns == first.columns

@@ -132,6 +132,11 @@ class EngineSession:
         self._plans: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...], QueryPlan, bool]] = {}
         self._write_templates: dict[int, tuple[Any, tuple[int, int], tuple[T.SqlType, ...],
                                                update_planner.ByKeyTemplate | None]] = {}
+        # Queries sent again as the same text (a pool's `SELECT 1`, a dashboard's refresh): the
+        # statement parsed once, and plans of queries without parameters by statement, valid
+        # while the catalog and the settings are (planning is pure over them: PlanContext).
+        self._parsed: dict[str, Statement] = {}
+        self._query_plans: dict[int, tuple[Any, tuple[int, int], QueryPlan]] = {}
         role = engine.catalog.snapshot().role(user)
         self._defaults = {**DEFAULT_SETTINGS, "session_authorization": user,
                           "is_superuser": "on" if role is not None and role.superuser else "off",
@@ -208,6 +213,9 @@ class EngineSession:
         return PlanContext(self.engine.catalog.snapshot(), self.info())
 
     def parse(self, sql: str) -> list[Statement]:
+        known = self._parsed.get(sql)
+        if known is not None:
+            return [known]
         template = templatize(sql) if len(sql) <= TEMPLATE_MAX_CHARS else None
         if template is not None:
             hit = self._template_statement(sql, template)
@@ -224,6 +232,8 @@ class EngineSession:
         statements = [Statement(p.sql, p.ast, p.offset, notices=p.notices) for p in parsed]
         if template is not None and len(statements) == 1:
             self._learn_template(template, statements[0])
+            if isinstance(statements[0].ast, planner.QUERY_TYPES):
+                _keep(self._parsed, sql, statements[0])
         return statements
 
     # Literal SQL (the simple protocol) of a shape seen before runs its cached plan with the
@@ -262,9 +272,7 @@ class EngineSession:
                     all(T.is_integer(t) if k == "number" else t in (T.TEXT, T.VARCHAR)
                         for k, t in zip(template.kinds, types, strict=True)):
                 entry = (version, prepared.statement, template.kinds, types)
-        self._templates[template.sql] = entry
-        while len(self._templates) > PARAM_TYPES_KEPT:
-            self._templates.pop(next(iter(self._templates)))
+        _keep(self._templates, template.sql, entry)
 
     def _template_version(self) -> tuple[int, int]:
         return (self.engine.catalog.snapshot().version, self._settings_key())
@@ -279,9 +287,7 @@ class EngineSession:
             return known
         prepared = self._prepare(sql, param_types)
         if prepared.statement is not None and not isinstance(prepared.statement.ast, S.FetchCursor):
-            self._prepared[key] = prepared
-            while len(self._prepared) > PARAM_TYPES_KEPT:
-                self._prepared.pop(next(iter(self._prepared)))
+            _keep(self._prepared, key, prepared)
         return prepared
 
     def _prepare(self, sql: str, param_types: list[T.SqlType | None]) -> PreparedStatement:
@@ -302,9 +308,7 @@ class EngineSession:
         except RecursionError:
             raise StatementTooComplex() from None
         # Execute binds values with these types; keep them so it need not describe again.
-        self._param_types[id(st.ast)] = (st.ast, types)
-        while len(self._param_types) > PARAM_TYPES_KEPT:
-            self._param_types.pop(next(iter(self._param_types)))
+        _keep(self._param_types, id(st.ast), (st.ast, types))
         if st.params is not None:
             # Literal text answered from a template (a lookup's $n stand for its literals): the
             # client's statement takes no parameters; Execute supplies the literals.
@@ -354,6 +358,11 @@ class EngineSession:
                         plan = None
                 if plan is None:
                     node = query_planner.bind_parameters(node, params, types)
+            if plan is None and not params:
+                plan = self._query_plan_again(node)
+                if plan is None:
+                    plan = await self._plan(node, statement.sql)
+                    self._keep_query_plan(node, plan)
             if plan is None:
                 plan = await self._plan(node, statement.sql)
             if isinstance(plan, QueryPlan) and plan.lookup is not None:
@@ -416,15 +425,27 @@ class EngineSession:
             usable = query_planner.takes_parameters(plan, len(params)) \
                 and all(i.relation_id is not None for i in plan.inputs)
             cached = (node, version, types, plan, usable)
-            self._plans[key] = cached
-            while len(self._plans) > PARAM_TYPES_KEPT:
-                self._plans.pop(next(iter(self._plans)))
+            _keep(self._plans, key, cached)
         plan = cached[3]
         if not cached[4]:
             return None
         values = tuple(coerce(v.value if isinstance(v, TypedValue) else v, t, f"${i + 1}")
                        for i, (v, t) in enumerate(zip(params, types, strict=False)))
         return replace(plan, params=values)
+
+    def _query_plan_again(self, node: Any) -> QueryPlan | None:
+        """The plan this statement (with its values bound) got last time, if the catalog and the
+        settings are still the ones it was planned under."""
+        cached = self._query_plans.get(id(node))
+        if cached is None or cached[0] is not node or cached[1] != self._template_version():
+            return None
+        return cached[2]
+
+    def _keep_query_plan(self, node: Any, plan: Plan) -> None:
+        # Not a query that reads system tables: their rows are taken when it is planned.
+        if isinstance(node, planner.QUERY_TYPES) and isinstance(plan, QueryPlan) and not plan.params \
+                and all(i.relation_id is not None for i in plan.inputs):
+            _keep(self._query_plans, id(node), (node, self._template_version(), plan))
 
     def _prepared_write_plan(self, node: Any, params: list[Any], types: tuple[T.SqlType, ...]) -> Plan | None:
         """An UPDATE or DELETE by primary key executed again binds its new values into the plan
@@ -437,9 +458,7 @@ class EngineSession:
         cached = self._write_templates.get(key)
         if cached is None or cached[0] is not node or cached[1] != version or cached[2] != types:
             cached = (node, version, types, update_planner.by_key_template(node, self._ctx(), types))
-            self._write_templates[key] = cached
-            while len(self._write_templates) > PARAM_TYPES_KEPT:
-                self._write_templates.pop(next(iter(self._write_templates)))
+            _keep(self._write_templates, key, cached)
         template = cached[3]
         return template.bind(params) if template is not None else None
 
@@ -552,3 +571,10 @@ def _runs_until_cancelled(plan: Plan) -> bool:
 def _fits(value: Any, sql_type: T.SqlType) -> bool:
     limit = _INT_RANGES.get(sql_type)
     return limit is None or not isinstance(value, int) or -limit <= value < limit
+
+
+def _keep(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """Add to a bounded cache that forgets its oldest entries first."""
+    cache[key] = value
+    while len(cache) > PARAM_TYPES_KEPT:
+        cache.pop(next(iter(cache)))
