@@ -1437,7 +1437,11 @@ class StreamingPipeline:
         if moved:
             log.info("pipeline %s: %d checkpoint metadata files now name this data directory", self.name, moved)
         session = self.spark.newSession()
-        session.dataSource.register(log_source.LogSource)
+        if log_spec.kind != "rocksdb":
+            # Only the Kafka log is read through pyspark's Python data source. Registering one
+            # makes Spark look for Python data sources in a Python worker, whose daemon and worker
+            # (~100 MiB) then stay for the server's life.
+            session.dataSource.register(log_source.LogSource)
         from streamdb.runtime.spark import udfs
 
         udfs.register(session, udf.defined())
