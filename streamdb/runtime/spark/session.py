@@ -386,6 +386,7 @@ JIT_THRESHOLDS = ("-XX:Tier4InvocationThreshold=150000 -XX:Tier4MinInvocationThr
                   "-XX:Tier4CompileThreshold=450000 -XX:Tier4BackEdgeThreshold=1200000")
 EXECUTOR_JAVA_OPTIONS = f"{COMPILE_HUGE_METHODS} {JIT_THRESHOLDS}"
 MALLOC_ARENA_MAX = "2"  # the JVMs' malloc arenas (_build_session)
+DRIVER_MEMORY = "768m"  # the driver JVM's heap (spark_conf)
 SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                      "spark.sql.codegen.wholeStage": "false"}
 
@@ -488,6 +489,11 @@ class SparkRuntime:
             "spark.executor.extraJavaOptions": EXECUTOR_JAVA_OPTIONS,  # on a cluster, as in the driver
             "spark.executorEnv.MALLOC_ARENA_MAX": MALLOC_ARENA_MAX,  # as the driver's (_build_session)
             "spark.pyspark.python": sys.executable,
+            # The driver's heap fills to what it is given (the rows between layers are its main
+            # allocation); RocksDB state, code and G1 come on top. Nexmark q5 at 20M events:
+            # 1,980 MiB for the server and the JVM with 768m, ~2,250 with Spark's 1g, at the same
+            # rate (docs/benchmarks.md, "Memory"). A larger machine sets it in spark_conf.
+            "spark.driver.memory": DRIVER_MEMORY,
             "spark.sql.adaptive.enabled": "true",
             # The view engine (runtime/spark/pipeline.py): its operators' jar, and their state in
             # RocksDB on the executors, checkpointed as changelogs (not whole snapshots) per batch.
@@ -716,10 +722,10 @@ class SparkRuntime:
 
     def max_input_bytes(self) -> int:
         """The most input an ad hoc query ships to Spark: its inputs become DataFrames through the
-        driver's heap (`spark.driver.memory`, 1g by default), so a quarter of it. A 9.2M-row view
+        driver's heap (`spark.driver.memory`, 768m by default), so a quarter of it. A 9.2M-row view
         (about 1 GB of Arrow) ran the heap out; above this the embedded engine answers."""
         if self._max_input_bytes is None:
-            self._max_input_bytes = _size_bytes(self.spark_conf().get("spark.driver.memory", "1g")) // 4
+            self._max_input_bytes = _size_bytes(self.spark_conf().get("spark.driver.memory", DRIVER_MEMORY)) // 4
         return self._max_input_bytes
 
     def run_query(self, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
