@@ -14,6 +14,9 @@ query's view (queries/qN.sql), then:
   events/s = N / (first COPY -> FLUSH returned); ingest_seconds = first COPY -> last COPY
   acknowledged. The payloads are built before the clock starts, in memory, or with --spool
   in a file read back during the run (20M events would take ~6 GB of memory).
+  With --preload, every event is COPYed first and the view is created after: events/s = N /
+  (CREATE -> FLUSH returned), the view's pipeline reading the log alone (its backfill), as
+  Flink's steady rate is its job reading its files (the COPYs no longer share the cores).
 - freshness: feeds the events in event-time order at --rate events/s (a COPY per stream every
   ~20 ms) for --seconds; after --warmup seconds it probes: one marker at a time (at most every
   200 ms) is written by COPY and the view is polled every 20 ms until it shows; freshness = COPY
@@ -661,13 +664,20 @@ def flush(conn: psycopg.Connection[Any], label: str) -> None:
             log(f"{label}: FLUSH timed out with the view still behind; again")
 
 
-def setup(server: Server, query_sql: str, view: str) -> tuple[psycopg.Connection[Any], float]:
+def setup(server: Server, query_sql: str, view: str, with_view: bool = True) -> tuple[psycopg.Connection[Any], float]:
     conn = server.connect()
     # The server's default statement_timeout (5 min) would cancel the final FLUSH of a long run
     # (q5 at 20M events); --timeout bounds the run instead.
     conn.execute("SET statement_timeout = 0")
     for st in statements((QUERIES_DIR / "ddl.sql").read_text()):
         conn.execute(st)
+    if not with_view:
+        return conn, 0.0
+    return conn, create_view(conn, query_sql, view)
+
+
+def create_view(conn: psycopg.Connection[Any], query_sql: str, view: str) -> float:
+    """Creates the query's view and waits until it reflects every acknowledged write; seconds."""
     t0 = time.monotonic()
     for st in statements(query_sql):
         conn.execute(st)
@@ -676,7 +686,7 @@ def setup(server: Server, query_sql: str, view: str) -> tuple[psycopg.Connection
     r = show_query(conn, view)
     if r is None:
         raise RunFailed(f"the query file created no view named {view}")
-    return conn, create_s
+    return create_s
 
 
 def view_state(conn: psycopg.Connection[Any], view: str) -> dict[str, Any]:
@@ -701,7 +711,9 @@ def run_throughput(query: str, query_sql: str, events: Events, args: argparse.Na
         watchdog = threading.Timer(args.timeout, on_timeout)
         threads: list[Any] = []
         try:
-            conn, create_s = setup(server, query_sql, view)
+            conn, create_s = setup(server, query_sql, view, with_view=not args.preload)
+            if args.preload:
+                return _preloaded(server, conn, query_sql, view, events, args, label, watchdog, timed_out)
             log(f"{label}: view created in {create_s:.1f} s; loading {len(events):,} events by COPY")
             monitor = Monitor(server.proc.pid)
             lag = LagSampler(server.dsn, view)
@@ -754,6 +766,49 @@ def run_throughput(query: str, query_sql: str, events: Events, args: argparse.Na
             for t in threads:
                 t.stopping.set()
             server.stop()
+
+
+def _preloaded(server: Server, conn: psycopg.Connection[Any], query_sql: str, view: str, events: Events,
+               args: argparse.Namespace, label: str, watchdog: threading.Timer,
+               timed_out: threading.Event) -> dict[str, Any]:
+    """--preload: every event is COPYed before the view exists; then the view is created and
+    FLUSHed. events/s = N / (CREATE -> FLUSH returned): what the view's pipeline processes
+    per second reading the log (its backfill), without the COPYs competing for the cores, the
+    analogue of Flink's steady rate over its files."""
+    log(f"{label}: loading {len(events):,} events by COPY before the view exists")
+    t_load = time.monotonic()
+    last = [0.0]
+    with conn.cursor() as cur:
+        for end, batch in events.rounds(args.chunk):
+            for stream, payload in batch:
+                copy_rows(cur, stream, payload)
+            progress(f"{label} preload", end, len(events), t_load, last)
+    load_s = time.monotonic() - t_load
+    log(f"{label}: loaded in {load_s:.1f} s; creating the view")
+    monitor = Monitor(server.proc.pid)
+    watchdog.start()
+    monitor.start()
+    t0 = time.monotonic()
+    try:
+        create_view(conn, query_sql, view)
+    except psycopg.Error as e:
+        monitor.stopping.set()
+        if timed_out.is_set():
+            raise RunFailed(f"timeout: not done after {args.timeout:.0f} s (--timeout)") from None
+        raise RunFailed(f"{type(e).__name__}: {e}"[:500]) from None
+    seconds = time.monotonic() - t0
+    stats = monitor.finish()
+    watchdog.cancel()
+    eps = len(events) / seconds
+    cores = stats["cpu_seconds"] / seconds if seconds > 0 else None
+    result = {"status": "ok", "preloaded": True, "seconds": seconds, "events_per_s": eps, **stats,
+              "cores_used": cores, "events_per_s_per_core": eps / cores if cores else None,
+              "ingest_seconds": load_s, "ingest_events_per_s": len(events) / load_s, "flush_seconds": seconds,
+              "create_seconds": seconds, **view_state(conn, view), "loadavg": os.getloadavg()}
+    if result.get("view_error"):
+        raise RunFailed(f"view failed: {result['view_error']}"[:500])
+    conn.close()
+    return result
 
 
 def keep_server_log(server: Server, query: str) -> Path:
@@ -927,6 +982,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=float, default=5, help="freshness: seconds before the first probe (default 5)")
     ap.add_argument("--chunk", type=int, default=10_000, help="throughput: events per COPY round (default 10000)")
     ap.add_argument("--timeout", type=float, default=1800, help="throughput: give up a run after this (default 1800 s)")
+    ap.add_argument("--preload", action="store_true",
+                    help="throughput: COPY every event first, then create the view; events/s = N / "
+                         "(CREATE -> FLUSH): the view's processing rate alone (its backfill)")
     ap.add_argument("--spark-master", default="local[2]")
     ap.add_argument("--spool", type=Path, default=None,
                     help="throughput: keep the COPY payloads in this file, not in memory (10M+ events)")
