@@ -64,3 +64,31 @@ def test_bound_values_read_as_bound_literals(value: Any, t: T.SqlType) -> None:
 ])
 def test_known_values(value: Any, t: T.SqlType, expected: Any) -> None:
     assert _outcome(lambda: bound_literal_value(value, t)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=VALUES, target=st.sampled_from(TYPES))
+def test_coerce_shortcut_gives_what_the_full_conversion_gives(value: Any, target: T.SqlType) -> None:
+    """coerce() takes an int into an integer column and a str into text as they are, without the
+    general conversion: the same value, or the same error, as `_convert` and its checks give."""
+    from streamdb.errors import StreamDBError
+    from streamdb.planner import coerce as C
+
+    def full(v: Any) -> Any:
+        converted = C._convert(v, target, "c")
+        if isinstance(converted, Decimal):
+            return C.values.apply_numeric_typmod(converted, target)
+        return converted
+
+    for v in (value, 2**15, -(2**15) - 1, 2**31, -(2**63), 2**63, "a\x00b"):
+        try:
+            expected: Any = ("ok", full(v))
+        except StreamDBError as e:
+            expected = ("error", e.sqlstate)
+        try:
+            got: Any = ("ok", C.coerce(v, target, "c"))
+        except StreamDBError as e:
+            got = ("error", e.sqlstate)
+        if expected[0] == "ok" and isinstance(expected[1], float) and expected[1] != expected[1]:
+            continue  # NaN equals nothing
+        assert got == expected and type(got[1]) is type(expected[1]), (v, target, got, expected)

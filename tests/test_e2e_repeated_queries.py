@@ -6,6 +6,7 @@ setting, the clock, and system tables, by the simple and the extended protocol."
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 
 import psycopg
 import pytest
@@ -61,3 +62,17 @@ def test_a_repeated_query_answers_as_if_planned_again(server, conn, unique, prot
     assert one(cur, activity) == (f"rq_{protocol}_2",)
     assert one(cur, "SELECT 1") == (1,)
     assert one(cur, "SELECT 1") == (1,)
+
+
+def test_one_text_prepared_with_other_parameter_types_keeps_each_ones_types(conn):
+    """`SELECT $1` prepared once for an integer and once for a text (psycopg sends each value's
+    type with Parse): each prepared statement answers with its own parameter's type, however the
+    two are interleaved."""
+    cur = conn.cursor()
+    for _ in range(3):
+        cur.execute("SELECT %s AS x", ("007",), prepare=True)
+        assert cur.fetchall() == [("007",)]
+        cur.execute("SELECT %s AS x", (7,), prepare=True)
+        assert cur.fetchall() == [(7,)]
+        cur.execute("SELECT %s AS x", (Decimal("7.50"),), prepare=True)
+        assert cur.fetchall() == [(Decimal("7.50"),)]

@@ -24,6 +24,9 @@ _INT_RANGE = {
     "integer": (-(2**31), 2**31 - 1),
     "bigint": (-(2**63), 2**63 - 1),
 }
+# The same by oid (integer types take no modifier), for coerce's shortcut.
+_INT_BOUNDS = {T.SMALLINT.oid: _INT_RANGE["smallint"], T.INTEGER.oid: _INT_RANGE["integer"],
+               T.BIGINT.oid: _INT_RANGE["bigint"]}
 
 
 class NotALiteral(Exception):
@@ -102,6 +105,12 @@ def _type_name_of(v: Any) -> str:
 
 def coerce(value: Any, target: T.SqlType, column: str) -> Any:
     """Convert a value for assignment to a column of type `target`."""
+    if type(value) is int:  # the common case (INSERT ... VALUES, drivers' parameters): as it is
+        bounds = _INT_BOUNDS.get(target.oid)
+        if bounds is not None and bounds[0] <= value <= bounds[1]:
+            return value
+    elif type(value) is str and target.oid == T.TEXT.oid and "\x00" not in value:
+        return value
     converted = _convert(value, target, column)
     if isinstance(converted, decimal.Decimal):
         converted = values.apply_numeric_typmod(converted, target)

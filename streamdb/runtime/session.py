@@ -232,7 +232,9 @@ class EngineSession:
         statements = [Statement(p.sql, p.ast, p.offset, notices=p.notices) for p in parsed]
         if template is not None and len(statements) == 1:
             self._learn_template(template, statements[0])
-            if isinstance(statements[0].ast, planner.QUERY_TYPES):
+            # Not a text with parameters: one text prepared with other parameter types must
+            # get a statement of its own (its types are kept by statement, `_param_types`).
+            if isinstance(statements[0].ast, planner.QUERY_TYPES) and "$" not in sql:
                 _keep(self._parsed, sql, statements[0])
         return statements
 
