@@ -93,6 +93,6 @@ def test_ad_hoc_queries_ship_spark_at_most_a_quarter_of_its_driver_heap(tmp_path
 
     assert [_size_bytes(t) for t in ("1g", "512m", "2048k", "1.5g", "4096", "2G", "1gb")] == \
         [1 << 30, 512 << 20, 2 << 20, 3 << 29, 4096, 2 << 30, 1 << 30]
-    assert SparkRuntime("local[2]", work_dir=str(tmp_path)).max_input_bytes() == 256 << 20
+    assert SparkRuntime("local[2]", work_dir=str(tmp_path)).max_input_bytes() == 192 << 20  # of the default 768m
     bigger = SparkRuntime("local[2]", work_dir=str(tmp_path), conf={"spark.driver.memory": "4g"})
     assert bigger.max_input_bytes() == 1 << 30

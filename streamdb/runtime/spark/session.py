@@ -494,6 +494,17 @@ class SparkRuntime:
             # 1,980 MiB for the server and the JVM with 768m, ~2,250 with Spark's 1g, at the same
             # rate (docs/benchmarks.md, "Memory"). A larger machine sets it in spark_conf.
             "spark.driver.memory": DRIVER_MEMORY,
+            # A server lives long and plans many texts: Spark's SQL parser keeps an ANTLR DFA
+            # cache that grows with every distinct text (144 MiB of a test server's live heap)
+            # unless managed; flushed past 10% of the heap, it is learned again as needed.
+            "spark.sql.parser.manageParserCaches": "true",
+            "spark.sql.parser.parserDfaCacheFlushRatio": "10",
+            # The status store (jobs, stages, tasks, SQL executions with their plans' text) is
+            # kept for Spark's UI, which is off: every micro-batch adds to it up to these.
+            "spark.ui.retainedJobs": "100",
+            "spark.ui.retainedStages": "100",
+            "spark.ui.retainedTasks": "2000",
+            "spark.sql.ui.retainedExecutions": "50",
             "spark.sql.adaptive.enabled": "true",
             # The view engine (runtime/spark/pipeline.py): its operators' jar, and their state in
             # RocksDB on the executors, checkpointed as changelogs (not whole snapshots) per batch.
