@@ -15,13 +15,12 @@ collection (`jstat`). Figures, never assertions.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
+
+from tree_server import server_from
 
 JDK = os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64") + "/bin"
 
@@ -65,47 +64,32 @@ def live_heap(jvm: int) -> str:
 
 
 def measure(repo: Path, n_adhoc: int) -> str:
-    spec = importlib.util.spec_from_file_location(f"run_streamdb_{abs(hash(repo))}", repo / "bench/nexmark/run_streamdb.py")
-    assert spec is not None and spec.loader is not None
-    rs = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = rs
-    spec.loader.exec_module(rs)
-    cwd = os.getcwd()
-    os.chdir(repo)  # the server runs from its own tree
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            server = rs.Server(Path(d), "local[2]")
+    with server_from(repo) as (server, runner):
+        conn = server.connect()
+        conn.execute("CREATE STREAM s (k INT, v BIGINT, t TEXT)")
+        conn.execute("CREATE TABLE tb (k INT PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO tb SELECT g, 'n' || g FROM generate_series(0, 99) g")
+        for i in range(20):
+            query = VIEWS[i % 4].format(i=i, top=1 + i % 3, m=i + 2)
+            conn.execute(f"CREATE MATERIALIZED VIEW v{i} AS {query}")
+        conn.execute("FLUSH")
+        rnd = random.Random(1)
+        for batch in range(150):
+            rows = ", ".join(f"({rnd.randrange(100)}, {rnd.randrange(10**6)}, 'x{rnd.randrange(50)}')" for _ in range(50))
+            conn.execute(f"INSERT INTO s VALUES {rows}")
+            if batch % 10 == 9:
+                conn.execute("FLUSH")
+        conn.execute("SET streamdb.spark_read_threshold_rows = 0")
+        for i in range(n_adhoc):
             try:
-                conn = server.connect()
-                conn.execute("CREATE STREAM s (k INT, v BIGINT, t TEXT)")
-                conn.execute("CREATE TABLE tb (k INT PRIMARY KEY, name TEXT)")
-                conn.execute("INSERT INTO tb SELECT g, 'n' || g FROM generate_series(0, 99) g")
-                for i in range(20):
-                    query = VIEWS[i % 4].format(i=i, top=1 + i % 3, m=i + 2)
-                    conn.execute(f"CREATE MATERIALIZED VIEW v{i} AS {query}")
-                conn.execute("FLUSH")
-                rnd = random.Random(1)
-                for batch in range(150):
-                    rows = ", ".join(f"({rnd.randrange(100)}, {rnd.randrange(10**6)}, 'x{rnd.randrange(50)}')"
-                                     for _ in range(50))
-                    conn.execute(f"INSERT INTO s VALUES {rows}")
-                    if batch % 10 == 9:
-                        conn.execute("FLUSH")
-                conn.execute("SET streamdb.spark_read_threshold_rows = 0")
-                for i in range(n_adhoc):
-                    try:
-                        conn.execute(f"SELECT k, sum({random_expression(rnd, 4)}) AS x, max({random_expression(rnd, 3)}) "
-                                     f"FROM s WHERE {random_expression(rnd, 3)} > {i} GROUP BY k ORDER BY k "
-                                     f"LIMIT {i + 1}").fetchall()
-                    except rs.psycopg.Error:
-                        pass  # refused by Spark (an overflow, say) after its parser read it
-                conn.execute("FLUSH")
-                jvm = next(p for p in rs.descendants(server.proc.pid) if "java" in rs._command_name(p))
-                return live_heap(jvm)
-            finally:
-                server.stop()
-    finally:
-        os.chdir(cwd)
+                conn.execute(f"SELECT k, sum({random_expression(rnd, 4)}) AS x, max({random_expression(rnd, 3)}) "
+                             f"FROM s WHERE {random_expression(rnd, 3)} > {i} GROUP BY k ORDER BY k "
+                             f"LIMIT {i + 1}").fetchall()
+            except runner.psycopg.Error:
+                pass  # refused by Spark (an overflow, say) after its parser read it
+        conn.execute("FLUSH")
+        jvm = next(p for p in runner.descendants(server.proc.pid) if "java" in runner._command_name(p))
+        return live_heap(jvm)
 
 
 def main() -> None:

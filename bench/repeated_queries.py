@@ -17,16 +17,14 @@ ms (client included). Figures, never assertions: the machine's other load skews 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import psycopg
+from tree_server import server_from
 
 QUERIES = {"select_1": "SELECT 1",
            "version": "SELECT version()",
@@ -34,50 +32,29 @@ QUERIES = {"select_1": "SELECT 1",
            "agg_view": "SELECT sum(c) FROM tv"}
 
 
-def _server_class(repo: Path) -> Any:
-    """The Server helper of `repo`'s own Nexmark runner: it starts that tree's server."""
-    spec = importlib.util.spec_from_file_location(f"run_streamdb_{abs(hash(repo))}", repo / "bench/nexmark/run_streamdb.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.Server
-
-
 def measure(repo: Path, seconds: float) -> dict[str, float]:
-    import os
-
-    cwd = os.getcwd()
-    os.chdir(repo)  # the server runs from its own tree
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            server = _server_class(repo)(Path(d), "local[2]")
-            try:
-                conn = server.connect()
-                conn.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, v INT)")
-                conn.execute("INSERT INTO t SELECT g, g % 10, g FROM generate_series(1, 1000) g")
-                conn.execute("CREATE MATERIALIZED VIEW tv AS SELECT k, count(*) AS c FROM t GROUP BY k")
-                conn.execute("FLUSH")
-                out: dict[str, float] = {}
-                for name, sql in QUERIES.items():
-                    for protocol in ("simple", "extended"):
-                        cur = psycopg.ClientCursor(conn) if protocol == "simple" else conn.cursor()
-                        for _ in range(200):
-                            cur.execute(sql)
-                            cur.fetchall()
-                        lat: list[float] = []
-                        t0 = time.perf_counter()
-                        while time.perf_counter() - t0 < seconds:
-                            a = time.perf_counter()
-                            cur.execute(sql)
-                            cur.fetchall()
-                            lat.append(time.perf_counter() - a)
-                        out[f"{name}/{protocol}"] = statistics.median(lat) * 1000
-                return out
-            finally:
-                server.stop()
-    finally:
-        os.chdir(cwd)
+    with server_from(repo) as (server, _):
+        conn = server.connect()
+        conn.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, v INT)")
+        conn.execute("INSERT INTO t SELECT g, g % 10, g FROM generate_series(1, 1000) g")
+        conn.execute("CREATE MATERIALIZED VIEW tv AS SELECT k, count(*) AS c FROM t GROUP BY k")
+        conn.execute("FLUSH")
+        out: dict[str, float] = {}
+        for name, sql in QUERIES.items():
+            for protocol in ("simple", "extended"):
+                cur = psycopg.ClientCursor(conn) if protocol == "simple" else conn.cursor()
+                for _ in range(200):
+                    cur.execute(sql)
+                    cur.fetchall()
+                lat: list[float] = []
+                t0 = time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    a = time.perf_counter()
+                    cur.execute(sql)
+                    cur.fetchall()
+                    lat.append(time.perf_counter() - a)
+                out[f"{name}/{protocol}"] = statistics.median(lat) * 1000
+        return out
 
 
 def main() -> None:
