@@ -63,6 +63,14 @@ def test_a_repeated_query_answers_as_if_planned_again(server, conn, unique, prot
     assert one(cur, "SELECT 1") == (1,)
     assert one(cur, "SELECT 1") == (1,)
 
+    # current_setting() of the engine that answered the statement before: read when planned.
+    engine = f"SELECT current_setting('streamdb.last_query_engine') AS e, {len(protocol)} AS n"
+    one(cur, "SELECT 1")
+    after_embedded = one(cur, engine)[0]
+    one(cur, f"SELECT v FROM {t} WHERE id = 1")  # a lookup: answered by the index
+    assert one(cur, engine)[0] == "index" and after_embedded == "embedded"
+    assert one(cur, engine)[0] == "embedded"  # the previous statement was this one
+
 
 def test_one_text_prepared_with_other_parameter_types_keeps_each_ones_types(conn):
     """`SELECT $1` prepared once for an integer and once for a text (psycopg sends each value's

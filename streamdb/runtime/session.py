@@ -439,7 +439,7 @@ class EngineSession:
         """The plan this statement (with its values bound) got last time, if the catalog and the
         settings are still the ones it was planned under."""
         cached = self._query_plans.get(id(node))
-        if cached is None or cached[0] is not node or cached[1] != self._template_version():
+        if cached is None or cached[0] is not node or cached[1] != self._query_plan_version():
             return None
         return cached[2]
 
@@ -447,7 +447,12 @@ class EngineSession:
         # Not a query that reads system tables: their rows are taken when it is planned.
         if isinstance(node, planner.QUERY_TYPES) and isinstance(plan, QueryPlan) and not plan.params \
                 and all(i.relation_id is not None for i in plan.inputs):
-            _keep(self._query_plans, id(node), (node, self._template_version(), plan))
+            _keep(self._query_plans, id(node), (node, self._query_plan_version(), plan))
+
+    def _query_plan_version(self) -> tuple[int, int, str | None]:
+        # current_setting() is read when a query is planned, the engine marker included (the
+        # other caches leave the marker out: it changes with every other statement).
+        return (*self._template_version(), self.settings.get("streamdb.last_query_engine"))
 
     def _prepared_write_plan(self, node: Any, params: list[Any], types: tuple[T.SqlType, ...]) -> Plan | None:
         """An UPDATE or DELETE by primary key executed again binds its new values into the plan
