@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import psycopg
-from tree_server import server_from
+from tree_server import alternate, server_from
 
 SIZES = (1, 100, 1000)
 
@@ -61,14 +60,9 @@ def main() -> None:
     ap.add_argument("--repo", type=Path, help="a peer worktree, run alternately with this one")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    here = Path(__file__).resolve().parent.parent
-    trees = {"this": here} | ({"peer": args.repo.resolve()} if args.repo else {})
-    runs: dict[str, list[dict[str, dict[str, float]]]] = {k: [] for k in trees}
-    for r in range(args.rounds):
-        for label, tree in trees.items():
-            runs[label].append(measure(tree, args.seconds))
-            print(f"round {r + 1} {label}: " + "; ".join(f"{n} rows p50 {v['p50_ms']:.2f} ms {v['rows_per_s']:,.0f} rows/s"
-                                                         for n, v in runs[label][-1].items()), file=sys.stderr, flush=True)
+    runs = alternate(args.repo, args.rounds, lambda tree: measure(tree, args.seconds),
+                     lambda run: "; ".join(f"{n} rows p50 {v['p50_ms']:.2f} ms {v['rows_per_s']:,.0f} rows/s"
+                                           for n, v in run.items()))
     for label, rs in runs.items():
         print(label + ": " + "; ".join(
             f"{n} rows: p50 {statistics.median(r[n]['p50_ms'] for r in rs):.2f} ms, "

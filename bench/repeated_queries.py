@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import psycopg
-from tree_server import server_from
+from tree_server import alternate, server_from
 
 QUERIES = {"select_1": "SELECT 1",
            "version": "SELECT version()",
@@ -64,14 +63,9 @@ def main() -> None:
     ap.add_argument("--repo", type=Path, help="a peer worktree, run alternately with this one")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    here = Path(__file__).resolve().parent.parent
-    trees = {"this": here} | ({"peer": args.repo.resolve()} if args.repo else {})
-    runs: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
-    for r in range(args.rounds):
-        for label, tree in trees.items():
-            runs[label].append(measure(tree, args.seconds))
-            print(f"round {r + 1} {label}: " + " ".join(f"{k}={v:.3f}" for k, v in runs[label][-1].items()),
-                  file=sys.stderr, flush=True)
+    runs = alternate(args.repo, args.rounds, lambda tree: measure(tree, args.seconds),
+                     lambda run: " ".join(f"{k}={v:.3f}" for k, v in run.items()))
+    trees = list(runs)
     medians = {label: {k: statistics.median(run[k] for run in rs) for k in rs[0]} for label, rs in runs.items()}
     print(f"{'query/protocol':24s} " + " ".join(f"{label + ' ms':>10s}" for label in trees)
           + ("      ratio" if "peer" in trees else ""))

@@ -7,10 +7,12 @@ import importlib.util
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 
 def runner_of(repo: Path) -> Any:
@@ -40,3 +42,17 @@ def server_from(repo: Path) -> Iterator[tuple[Any, Any]]:
                 server.stop()
     finally:
         os.chdir(cwd)
+
+
+def alternate(peer: Path | None, rounds: int, measure: Callable[[Path], R],
+              show: Callable[[R], str]) -> dict[str, list[R]]:
+    """`measure` of this tree ("this") and of `peer` ("peer", if any), alternating per round;
+    each round's figures go to stderr as `show` writes them."""
+    here = Path(__file__).resolve().parent.parent
+    trees = {"this": here} | ({"peer": peer.resolve()} if peer else {})
+    runs: dict[str, list[R]] = {k: [] for k in trees}
+    for r in range(rounds):
+        for label, tree in trees.items():
+            runs[label].append(measure(tree))
+            print(f"round {r + 1} {label}: {show(runs[label][-1])}", file=sys.stderr, flush=True)
+    return runs
