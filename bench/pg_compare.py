@@ -1,8 +1,10 @@
 """The wire peer: point reads and ingest, StreamDB vs PostgreSQL, measured in the same run.
 
 Starts a StreamDB server (real Spark, local[2], fresh data dir) and a PostgreSQL server from the
-machine's binaries (bench/pgserver.py: own port and temporary directory; fsync,
-synchronous_commit and full_page_writes off, as in the tests), and loads the same --rows rows
+machine's binaries (bench/pgserver.py: own port and temporary directory) with PostgreSQL's
+default durability (fsync, synchronous_commit and full_page_writes on: a commit is acknowledged
+once its WAL is flushed, as StreamDB acknowledges a write once it is durable in its log;
+--pg-fast turns the three off, as in the tests), and loads the same --rows rows
 (id, v) into both:
 
   StreamDB    CREATE STREAM s (id BIGINT, v BIGINT); CREATE MATERIALIZED VIEW kv AS
@@ -22,6 +24,8 @@ moment hits both), each for --seconds:
               prepared  a %s parameter, prepare=True: parsed once, then Bind+Execute
   insert_single  rows/s of single-row INSERT INTO ing VALUES (%s, %s) from one client,
                  prepared (psycopg's default after 5 executions)
+  insert_single_x8  the same from max(--clients) client processes at once, each on its own
+                 ids: the sum of their rows / the window (group commit shares the syncs)
   insert_batch   rows/s of multi-row INSERT INTO ing VALUES (...), ... of --batch rows, literal SQL
   copy           rows/s of COPY ing FROM STDIN, --copy-batch rows per statement (text format)
 
@@ -76,7 +80,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "pg_compare.json"
 SYSTEMS = ("streamdb", "postgresql")
 POINT_SQL = "SELECT v FROM kv WHERE id = %s"
-INGEST_KINDS = ("insert_single", "insert_batch", "copy")
+INGEST_KINDS = ("insert_single", "insert_single_x8", "insert_batch", "copy")
+DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 INGEST_ID_BASE = 10**12  # ingested ids never meet kv's
 
 
@@ -134,6 +139,35 @@ def point_worker(task: tuple[str, str, int, int, float, float, float]) -> dict[s
     window = time.time() - began  # includes the last query, which may end past end_at
     return {"queries": done, "per_s": done / window, "misses": misses, "late_s": late,
             "lat_ms": [x * 1000 for x in lat]}
+
+
+def insert_worker(task: tuple[str, int, float, float]) -> dict[str, Any]:
+    """One writing client: single-row prepared INSERTs of ids from `first` on, for `seconds`
+    from start_at (one INSERT before it prepares the statement)."""
+    dsn, first, start_at, seconds = task
+    conn = _worker_conn(dsn)
+    i = first
+    conn.execute("INSERT INTO ing VALUES (%s, %s)", (i, i % 1000), prepare=True)
+    while time.time() < start_at:
+        time.sleep(min(0.01, max(0.0, start_at - time.time())))
+    began = time.time()
+    rows = 0
+    while time.time() - began < seconds:
+        i += 1
+        conn.execute("INSERT INTO ing VALUES (%s, %s)", (i, i % 1000), prepare=True)
+        rows += 1
+    return {"rows": rows, "window": time.time() - began, "last_id": i}
+
+
+def measure_insert_clients(pool: Any, dsn: str, clients: int, first: int, seconds: float) -> dict[str, Any]:
+    """Rows/s of `clients` concurrent single-row writers (each on ids first + c * 10**8 ...)."""
+    start_at = time.time() + 0.5 + 0.05 * clients
+    tasks = [(dsn, first + c * 10**8, start_at, seconds) for c in range(clients)]
+    results = pool.map(insert_worker, tasks)
+    rows = sum(r["rows"] for r in results)
+    window = max(r["window"] for r in results)
+    return {"per_s": rows / window if window else None, "rows": rows, "clients": clients,
+            "statement_ms_mean": window / (rows / clients) * 1000 if rows else None}
 
 
 def percentile(xs: list[float], p: float) -> float | None:
@@ -328,6 +362,8 @@ def main() -> None:
     ap.add_argument("--copy-batch", type=int, default=10_000, help="rows per COPY statement")
     ap.add_argument("--heavy", default="insert,select",
                     help="the fairness figure's large statements, of insert and select ('' leaves it out)")
+    ap.add_argument("--pg-fast", action="store_true",
+                    help="PostgreSQL with fsync, synchronous_commit and full_page_writes off (default: on)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     runs = args.runs or (2 if args.quick else 3)
@@ -344,7 +380,8 @@ def main() -> None:
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "spark_master": "local[2]"},
         "parameters": {"quick": args.quick, "runs": runs, "seconds": seconds, "rows": rows, "clients": clients,
-                       "protocols": protocols, "batch": args.batch, "copy_batch": args.copy_batch},
+                       "protocols": protocols, "batch": args.batch, "copy_batch": args.copy_batch,
+                       "postgresql_durable": not args.pg_fast},
         "loadavg_before": os.getloadavg(),
         "errors": [],
     }
@@ -363,7 +400,7 @@ def main() -> None:
         pool = None
         try:
             say("pg_compare: starting PostgreSQL and StreamDB (real Spark, local[2])")
-            pg = PostgresServer(Path(d) / "pg-logs")
+            pg = PostgresServer(Path(d) / "pg-logs", settings=None if args.pg_fast else DURABLE)
             pg.initdb()
             pg.start()
             proc, sdb_dsn = start_server(Path(d) / "data", log)
@@ -404,7 +441,12 @@ def main() -> None:
                 for k in INGEST_KINDS:
                     for s in SYSTEMS:
                         try:
-                            r = ingest[s].run(k, seconds)
+                            if k == "insert_single_x8":
+                                # ids of their own, past every single client's (run and system apart)
+                                first = INGEST_ID_BASE + 10**11 * (1 + run) + 10**10 * SYSTEMS.index(s)
+                                r = measure_insert_clients(pool, dsns[s], max(clients), first, seconds)
+                            else:
+                                r = ingest[s].run(k, seconds)
                         except Exception as e:
                             r = {"per_s": None, "error": f"{type(e).__name__}: {e}"[:500]}
                             result["errors"].append(f"run {run + 1} {k} {s}: {r['error']}")

@@ -257,10 +257,14 @@ def markdown(s: dict[str, Any], img_prefix: str = "", heading: str = "#", plots:
                     "PostgreSQL p50 ms"], prow) if prow else ["No point-select figures (see Phases)."]
 
     lines += ["", f"{h2} Ingest: StreamDB stream vs PostgreSQL table", "",
-              "One client; rows/s over the time spent in the statements. insert_single = one-row prepared "
+              "One client (insert_single_x8: 8 client processes at once, rows/s over the window); rows/s "
+              "over the time spent in the statements. insert_single = one-row prepared "
               f"INSERTs; insert_batch = INSERT ... VALUES of {par.get('batch', '-')} rows; copy = COPY FROM "
               f"STDIN of {num(par.get('copy_batch'))} rows per statement. StreamDB's view over the ingested "
-              "stream catches up after the acknowledgement (FLUSH time shown).", ""]
+              "stream catches up after the acknowledgement (FLUSH time shown). "
+              + ("PostgreSQL with its default durability (fsync and synchronous_commit on), as StreamDB "
+                 "acknowledges a write once durable." if par.get("postgresql_durable")
+                 else "PostgreSQL with fsync and synchronous_commit off."), ""]
     irow = [[k, spread(f.get("streamdb")), spread(f.get("postgresql")), times(f.get("ratio")),
              num((f.get("streamdb_view_catch_up_s") or {}).get("median"))]
             for k, f in (pc.get("ingest") or {}).items()]

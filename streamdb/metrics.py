@@ -192,6 +192,16 @@ class EngineCollector(Collector):
         yield from self._views()
         yield from self._push_queries()
         yield from self._sources()
+        yield from self._spark()
+
+    def _spark(self) -> Iterator[Metric]:
+        """Readiness for probes and benchmarks: views and Spark-backed reads wait until it is 1."""
+        spark = self.engine.spark
+        if spark is None:
+            return  # Spark disabled: no series
+        yield GaugeMetricFamily("streamdb_spark_ready", "1 once the Spark runtime has started and is ready, "
+                                "0 while it starts, has failed or is stopped.",
+                                value=1 if spark.status == "ready" else 0)
 
     def _log_appends(self) -> Iterator[Metric]:
         catalog = self.engine.catalog.snapshot()

@@ -138,6 +138,8 @@ def test_metrics_reflect_connections_statements_appends_views_and_push_queries(s
     assert 0 < time.time() - value(after, "streamdb_view_last_epoch_timestamp_seconds", **view) < 600
     assert delta(after, "streamdb_epoch_duration_seconds_count", query="materialized_view") >= 1
     assert delta(after, "streamdb_epoch_duration_seconds_sum", query="materialized_view") > 0
+    # The view ran on Spark, so the runtime is up: the readiness gauge says so.
+    assert value(after, "streamdb_spark_ready") == 1
 
     # Process metrics come from prometheus-client's collector.
     assert value(after, "process_resident_memory_bytes") > 0
