@@ -213,6 +213,40 @@ def test_stream_aggregate_view_keeps_numeric_scale(server, conn, unique):
         assert view_rows == batch_rows
 
 
+def test_a_keyed_view_keeps_all_38_digits_of_a_numeric(server, conn, postgres_server, unique):
+    """A numeric with 38 significant digits stays whole in a view whose rows are stored by key,
+    and a negative one in a literal INSERT (both were rounded to 28 digits, Python's default
+    decimal precision), as ad hoc, in an append-only view and in PostgreSQL."""
+    t, s = f"wide_{unique}", f"wide_s_{unique}"
+    wide = "1234567890123456789012345678.1234567891"
+    ddl = f"CREATE TABLE {t} (k INT PRIMARY KEY, x NUMERIC)"
+    rows = f"INSERT INTO {t} VALUES (1, {wide}), (2, 0.5), (3, -{wide})"
+    by_key = f"SELECT k, sum(x) AS total, max(x) AS hi, min(x) AS lo FROM {t} GROUP BY k"
+    conn.execute(ddl)
+    conn.execute(rows)
+    conn.execute(f"CREATE MATERIALIZED VIEW {t}_v AS {by_key}")
+    conn.execute(f"CREATE STREAM {s} (x NUMERIC)")
+    conn.execute(f"INSERT INTO {s} VALUES ({wide})")
+    conn.execute(f"CREATE MATERIALIZED VIEW {s}_v AS SELECT x FROM {s}")
+    conn.execute("FLUSH")
+    conn.execute(f"UPDATE {t} SET x = x + 1 WHERE k = 2")
+    conn.execute("FLUSH")
+    view_rows = conn.execute(f"SELECT * FROM {t}_v ORDER BY k").fetchall()
+    batch_rows = conn.execute(f"{by_key} ORDER BY k").fetchall()
+    assert [tuple(str(v) for v in r) for r in view_rows] == [tuple(str(v) for v in r) for r in batch_rows] == [
+        ("1", wide, wide, wide), ("2", "1.5", "1.5", "1.5"), ("3", f"-{wide}", f"-{wide}", f"-{wide}")]
+    assert [str(r[0]) for r in conn.execute(f"SELECT x FROM {s}_v").fetchall()] == [wide]
+    with psycopg.connect(postgres_server, autocommit=True) as pg:
+        pg.execute(ddl)
+        pg.execute(rows)
+        pg.execute(f"UPDATE {t} SET x = x + 1 WHERE k = 2")
+        try:
+            assert psql(server.dsn, f"SELECT * FROM {t}_v ORDER BY k") == psql(
+                postgres_server, f"SELECT * FROM ({by_key}) q ORDER BY k")
+        finally:
+            pg.execute(f"DROP TABLE {t}")
+
+
 SCALED_VIEWS = [
     # docs/known-issues.md (before): 1761.52 from the view, 1761.520 from PostgreSQL
     "SELECT id, 0.908 * price AS p, price * 1.50 AS q, price + 0.5 AS r, round(amount, 1) AS s, "

@@ -122,3 +122,16 @@ def test_heads_are_remembered_boundedly() -> None:
     for i in range(literal_insert.HEADS_KEPT + 10):
         assert _LITERAL_INSERTS.read(f"INSERT INTO t{i} VALUES (1)") is not None
     assert len(_LITERAL_INSERTS._heads) <= literal_insert.HEADS_KEPT
+
+
+def test_a_negative_numeric_literal_keeps_all_its_digits() -> None:
+    """`-d` of a Decimal rounds to the context's 28 digits: a stored numeric holds 38."""
+    from decimal import Decimal
+
+    from streamdb.planner.coerce import literal_value
+
+    wide = "1234567890123456789012345678.1234567891"
+    (stmt,) = parse_statements(f"INSERT INTO t VALUES (-{wide}), (-(1.50))")
+    rows = stmt.ast.expression.expressions
+    assert [literal_value(r.expressions[0]) for r in rows] == [Decimal(f"-{wide}"), Decimal("-1.50")]
+    assert str(literal_value(rows[1].expressions[0])) == "-1.50"  # its scale too

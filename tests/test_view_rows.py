@@ -46,6 +46,15 @@ CASES: list[tuple[str, pa.DataType, T.SqlType, list[Any]]] = [
     ("numeric(10,4) from decimal(6,2)", pa.decimal128(6, 2), T.numeric(10, 4), [decimal.Decimal("1234.50"), None]),
     ("numeric(5,2) from decimal(10,2)", pa.decimal128(10, 2), T.numeric(5, 2), [decimal.Decimal("123.45"), None]),
     ("numeric(6,1) from decimal(6,2)", pa.decimal128(6, 2), T.numeric(6, 1), [decimal.Decimal("1.25"), None]),
+    # Decimals taken by normalize() alone: zeros, integers, 38 significant digits (normalize
+    # rounds them to its context's precision on both paths), negative values.
+    ("numeric from decimal(38,10), wide", pa.decimal128(38, 10), T.NUMERIC,
+     [decimal.Decimal("1234567890123456789012345678.1234567891"), decimal.Decimal("0E-10"),
+      decimal.Decimal("-20.0000000000"), decimal.Decimal("-0.0000000001"), None]),
+    ("numeric(38,2) from decimal(20,0)", pa.decimal128(20, 0), T.numeric(38, 2),
+     [decimal.Decimal("0"), decimal.Decimal("-99999999999999999999"), decimal.Decimal("1000"), None]),
+    ("numeric(12,6) from decimal(8,4)", pa.decimal128(8, 4), T.numeric(12, 6),
+     [decimal.Decimal("-0.0000"), decimal.Decimal("9999.9999"), decimal.Decimal("0.5000")]),
 ]
 
 

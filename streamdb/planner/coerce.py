@@ -53,7 +53,9 @@ def literal_value(node: exp.Expr) -> Any:
             return decimal.Decimal(text)
     if isinstance(node, exp.Neg):
         v = literal_value(node.this)
-        if isinstance(v, (int, decimal.Decimal)) and not isinstance(v, bool):
+        if isinstance(v, decimal.Decimal):
+            return v.copy_negate()  # exact: unary minus would round to the context's 28 digits
+        if isinstance(v, int) and not isinstance(v, bool):
             return -v
         raise NotALiteral
     if isinstance(node, exp.Paren):

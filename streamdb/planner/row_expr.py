@@ -133,7 +133,9 @@ def _typed_literal(cast: exp.Cast) -> RowConst | None:
     constant = _literal(inner.name) if inner.is_number else _literal(inner.name.strip()) if inner.is_string else None
     if constant is None or (target.name in _INTEGER_WIDTH and not isinstance(constant.value, int)):
         return None  # '1.5'::int is an error and 1.5::int rounds: the query says each as PostgreSQL does
-    value: int | Decimal = -constant.value if negative else constant.value
+    value: int | Decimal = constant.value
+    if negative:  # copy_negate: exact, where unary minus rounds to the context's 28 digits
+        value = value.copy_negate() if isinstance(value, Decimal) else -value
     try:
         value = coerce(value, target, "constant")
     except StreamDBError:
