@@ -104,6 +104,11 @@ def _worker_conn(dsn: str) -> psycopg.Connection[Any]:
     return conn
 
 
+def wait_until(at: float) -> None:
+    while time.time() < at:
+        time.sleep(min(0.01, max(0.0, at - time.time())))
+
+
 def point_worker(task: tuple[str, str, int, int, float, float, float]) -> dict[str, Any]:
     """One client: connect (the connection is kept for later tasks), warm up for up to `warmup` s,
     wait for start_at, then query for `seconds`. A client not ready by start_at (a slow server)
@@ -125,8 +130,7 @@ def point_worker(task: tuple[str, str, int, int, float, float, float]) -> dict[s
         query(rng.randrange(n_keys))
     began = max(time.time(), start_at)
     late = began - start_at
-    while time.time() < start_at:
-        time.sleep(min(0.01, max(0.0, start_at - time.time())))
+    wait_until(start_at)
     done = misses = 0
     lat: list[float] = []
     end_at = began + seconds
@@ -148,8 +152,7 @@ def insert_worker(task: tuple[str, int, float, float]) -> dict[str, Any]:
     conn = _worker_conn(dsn)
     i = first
     conn.execute("INSERT INTO ing VALUES (%s, %s)", (i, i % 1000), prepare=True)
-    while time.time() < start_at:
-        time.sleep(min(0.01, max(0.0, start_at - time.time())))
+    wait_until(start_at)
     began = time.time()
     rows = 0
     while time.time() - began < seconds:

@@ -30,7 +30,8 @@ JSON_VALUE = "__json"
 _NUMERIC_STORED_SCALE = 10
 _NUMERIC_SCALE = decimal.Decimal(1).scaleb(-_NUMERIC_STORED_SCALE)
 _NUMERIC_INTEGER_DIGITS = 28
-_NUMERIC_CONTEXT = decimal.Context(prec=38 + 2)
+# Enough digits for a stored numeric's 38: the default context's 28 would round them.
+NUMERIC_CONTEXT = decimal.Context(prec=38 + 2)
 
 
 # Building Arrow types and schemas costs microseconds each; a one-row write (a prepared INSERT,
@@ -89,23 +90,23 @@ def to_arrow_value(v: Any, t: T.SqlType) -> Any:
         if not v.is_finite():
             return None
         if t.precision_scale is not None:  # numeric(p, s): stored at scale s, already checked
-            return v.quantize(decimal.Decimal(1).scaleb(-t.precision_scale[1]), context=_NUMERIC_CONTEXT)
+            return v.quantize(decimal.Decimal(1).scaleb(-t.precision_scale[1]), context=NUMERIC_CONTEXT)
         # Stored as decimal128(38, 10): at most 28 digits before the point. Larger values are the
         # client's error (22003), not an InvalidOperation escaping as an internal error.
         if v.adjusted() >= _NUMERIC_INTEGER_DIGITS:
             raise NumericValueOutOfRange(
                 "numeric field overflow",
                 detail=f"A stored numeric value must be less than 10^{_NUMERIC_INTEGER_DIGITS} in absolute value.")
-        return v.quantize(_NUMERIC_SCALE, context=_NUMERIC_CONTEXT)
+        return v.quantize(_NUMERIC_SCALE, context=NUMERIC_CONTEXT)
     if t is T.UUID:
         return str(v)
     return v
 
 
 def _without_trailing_zeros(v: decimal.Decimal) -> decimal.Decimal:
-    normal = v.normalize(context=_NUMERIC_CONTEXT)
+    normal = v.normalize(context=NUMERIC_CONTEXT)
     # normalize() writes 20 as 2E+1: bring positive exponents back to a plain integer.
-    return normal.quantize(decimal.Decimal(1), context=_NUMERIC_CONTEXT) if int(normal.as_tuple().exponent) > 0 else normal
+    return normal.quantize(decimal.Decimal(1), context=NUMERIC_CONTEXT) if int(normal.as_tuple().exponent) > 0 else normal
 
 
 def from_arrow_value(v: Any, t: T.SqlType) -> Any:

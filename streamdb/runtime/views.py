@@ -155,14 +155,11 @@ def _exact_decimal(arr: pa.ChunkedArray, t: T.SqlType) -> pa.ChunkedArray | None
         return None
 
 
-# normalize() rounds to its context's precision: the default context's 28 digits would round a
-# stored numeric's 38 (a keyed view's row then differed from the same row of an append-only one).
-_EXACT = decimal.Context(prec=40)
-
-
 def _normalize(v: Any) -> Any:
     if isinstance(v, decimal.Decimal):
-        return v.normalize(_EXACT) if v.is_finite() else v
+        # In the stored numerics' context: the default one's 28 digits would round their 38 (a
+        # keyed view's row then differed from the same row of an append-only one).
+        return v.normalize(C.NUMERIC_CONTEXT) if v.is_finite() else v
     if isinstance(v, dt.datetime) and v.tzinfo is not None:
         return v.astimezone(dt.UTC)
     if isinstance(v, list):  # arrays (array_agg, INT[] columns): rows are counted in a Counter
@@ -499,7 +496,7 @@ class ViewMaintainer:
                 # Neither rounded nor out of range (nor NaN: Arrow has none), so coerce() keeps
                 # each value's number and _normalize() is all that is left: 4x faster (Nexmark
                 # q17's avg and sum).
-                columns.append([None if v is None else v.normalize(_EXACT) for v in arr.to_pylist()])
+                columns.append([_normalize(v) for v in arr.to_pylist()])
                 continue
             values = arrow_to_rows(table.select([i]), (Column(c.name, c.type),))
             t, name = c.type, c.name
