@@ -3,6 +3,8 @@ and leaves every other text to the parser."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,9 +22,14 @@ def _shape(node: exp.Expression) -> list[tuple[str, object, dict[str, object]]]:
 
 def _assert_same_as_parser(text: str) -> None:
     fast = _LITERAL_INSERTS.read(text)
-    assert fast is not None, text
     general = _parse_statements(text)
     assert len(general) == 1
+    if re.search("\r(?!\n)", text):
+        # sqlglot counts a lone carriage return as a line break in some places and not in others
+        # (its string bodies): such texts are left to it, positions and all.
+        assert fast is None, text
+        return
+    assert fast is not None, text
     tree, start, end = fast
     assert tree == general[0].ast
     assert _shape(tree) == _shape(general[0].ast)  # positions too: errors point at the same place

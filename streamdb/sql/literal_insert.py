@@ -59,8 +59,8 @@ class LiteralInsertReader:
         if head is None:
             return None
         target = self._target(head.group(0))
-        if target is None:
-            return None
+        if target is None or _LONE_CR.search(text):
+            return None  # sqlglot counts some lone carriage returns as line breaks: its positions
         newlines = _newline_offsets(text) if "\n" in text else None
         rows: list[exp.Expression] = []
         pos = head.end()
@@ -138,6 +138,9 @@ def _position(start: int, end: int, newlines: list[int] | None) -> dict[str, int
     before = bisect.bisect_left(newlines, end)
     line_start = newlines[before - 1] if before else -1
     return {"line": before + 1, "col": end - line_start, "start": start, "end": end}
+
+
+_LONE_CR = re.compile("\r(?!\n)")
 
 
 def _newline_offsets(text: str) -> list[int]:
