@@ -1,5 +1,7 @@
 package streamdb.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
@@ -29,7 +31,27 @@ public final class Layers {
       .add("op", DataTypes.IntegerType, false)
       .add("k", DataTypes.StringType, true);
 
+  private static final ObjectMapper JSON = new ObjectMapper();
+
   private Layers() {}
+
+  /**
+   * `frame.selectExpr(exprs)` for a JSON array of SQL expressions ("*", "e AS `n`"): one call from
+   * Python, where building each expression as a Column costs ~6 py4j round trips.
+   */
+  public static Dataset<Row> select(Dataset<Row> frame, String exprsJson) {
+    JsonNode node;
+    try {
+      node = JSON.readTree(exprsJson);
+    } catch (Exception e) {
+      throw new IllegalArgumentException("bad expression list " + exprsJson, e);
+    }
+    String[] exprs = new String[node.size()];
+    for (int i = 0; i < exprs.length; i++) {
+      exprs[i] = node.get(i).asText();
+    }
+    return frame.selectExpr(exprs);
+  }
 
   /**
    * The layer's output changes: `records` (in RECORD's columns) through the operators of `spec`;
