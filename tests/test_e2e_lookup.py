@@ -118,6 +118,34 @@ def test_lookup_by_a_tables_primary_key_reads_its_row_by_key(conn, unique):
                 f"SELECT v FROM {pair} WHERE a = %s AND b + 0 = %s", ("y", 1)) == [("y1",)]
 
 
+def test_existence_checks_are_lookups(conn, unique):
+    """`SELECT 1 FROM rel WHERE key = $1`, the common existence check, is answered from the index
+    (a table's primary key: its row by key) with the embedded engine's answer, by both protocols."""
+    s, v, t = f"lk_s4_{unique}", f"lk_v4_{unique}", f"lk_t4_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id BIGINT, name TEXT)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {v} AS SELECT id, name FROM {s} WHERE id <> 3")
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, name TEXT)")
+    conn.execute(f"INSERT INTO {s} VALUES (1, 'a'), (2, 'b'), (2, 'c'), (3, 'd')")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    conn.execute("FLUSH")
+    assert both(conn, f"SELECT 1 FROM {v} WHERE id = 1", f"SELECT 1 FROM {v} WHERE id + 0 = 1") == [(1,)]
+    assert both(conn, f"SELECT 1 FROM {v} WHERE id = 2", f"SELECT 1 FROM {v} WHERE id + 0 = 2") == [(1,), (1,)]
+    assert both(conn, f"SELECT 1 FROM {v} WHERE id = 3", f"SELECT 1 FROM {v} WHERE id + 0 = 3") == []
+    assert both(conn, f"SELECT 7 AS seven, name FROM {v} WHERE name = %s",
+                f"SELECT 7 AS seven, name FROM {v} WHERE name || '' = %s", ("c",)) == [(7, "c")]
+    assert both(conn, f"SELECT 1 FROM {t} WHERE id = 2", f"SELECT 1 FROM {t} WHERE id + 0 = 2") == [(1,)]
+    assert both(conn, f"SELECT 1 FROM {t} WHERE id = 5", f"SELECT 1 FROM {t} WHERE id + 0 = 5") == []
+    for prepare in (True, False, True):
+        assert rows(conn, f"SELECT 1 FROM {t} WHERE id = %s", (1,), prepare=prepare) == [(1,)]
+        assert engine(conn) == "index"
+        assert rows(conn, f"SELECT 1 FROM {v} WHERE id = %s", (9,), prepare=prepare) == []
+        assert engine(conn) == "index"
+    # The column's name and type are the general path's (?column?, integer), as in PostgreSQL.
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT 1 FROM {v} WHERE id = 1")
+        assert [(d.name, d.type_code) for d in cur.description] == [("?column?", 23)]
+
+
 def test_lookup_shapes_that_take_the_general_path(conn, unique):
     s, v = f"lk_s3_{unique}", f"lk_v3_{unique}"
     conn.execute(f"CREATE STREAM {s} (id BIGINT, name TEXT)")

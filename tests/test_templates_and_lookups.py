@@ -64,6 +64,10 @@ def test_lookup_shapes():
     assert found is not None and dict(zip(found.key_columns, found.key_params, strict=True)) == {"name": 2, "id": 1}
     assert lookup("SELECT * FROM users WHERE id = -3") == PointLookup(4, ("id", "name"), ("id",), (0,), (-3,))
     assert lookup("SELECT name FROM users WHERE name = 'x'") is not None
+    # The existence check: integer constants out.
+    assert lookup("SELECT 1 FROM kv WHERE id = 5") == PointLookup(3, (1,), ("id",), (0,), (5,))
+    assert lookup("SELECT 1 AS found, name FROM kv WHERE id = $1", [T.BIGINT]) == PointLookup(
+        3, (1, "name"), ("id",), (1,), (None,))
 
 
 @pytest.mark.parametrize("sql", [
@@ -83,6 +87,11 @@ def test_lookup_shapes():
     "SELECT id FROM ev WHERE id = 5",  # a stream: read whole, nothing cached to index
     "SELECT a.name FROM kv AS a JOIN users AS b ON a.id = b.id WHERE a.id = 1",
     "SELECT name FROM kv WHERE id = id",
+    "SELECT 1.5 FROM kv WHERE id = 5",  # constants other than integers of Postgres's integer
+    "SELECT 'x' FROM kv WHERE id = 5",
+    "SELECT 2147483648 FROM kv WHERE id = 5",  # a bigint
+    "SELECT -1 FROM kv WHERE id = 5",
+    "SELECT NULL FROM kv WHERE id = 5",
 ])
 def test_not_lookups(sql):
     assert lookup(sql) is None

@@ -5,8 +5,8 @@ per-query setup (register the table, plan, run, convert) costs a thousand times 
 lookup itself. The planner recognises the shape; the runtime answers it from a hash
 index over the relation's cached rows, with no engine at all (docs/serving.md).
 
-Only exact shapes qualify: one table or materialized view, plain columns out, and a
-conjunction of `column = $n | literal` over integer or text columns, where equality
+Only exact shapes qualify: one table or materialized view, plain columns (or integer
+constants, as in the existence check `SELECT 1 ... WHERE key = $1`) out, and a conjunction of `column = $n | literal` over integer or text columns, where equality
 means the same in Python as in Postgres. Anything else takes the general path.
 """
 
@@ -64,9 +64,14 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
         name = normalize(node.this)
         return name if name in types else None
 
-    outputs: list[str] = []
+    outputs: list[str | int] = []
     for e in query.expressions:
-        name = column(e.this if isinstance(e, exp.Alias) else e)
+        node = e.this if isinstance(e, exp.Alias) else e
+        constant = _integer_constant(node)
+        if constant is not None:
+            outputs.append(constant)
+            continue
+        name = column(node)
         if name is None:
             return None
         outputs.append(name)
@@ -84,9 +89,17 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
         if value is None or name in keys:
             return None
         keys[name] = value
-    return PointLookup(relation_id=inp.relation_id, output_columns=tuple(outputs),
+    return PointLookup(relation_id=inp.relation_id, outputs=tuple(outputs),
                        key_columns=tuple(keys), key_params=tuple(p for p, _ in keys.values()),
                        key_literals=tuple(v for _, v in keys.values()))
+
+
+def _integer_constant(node: exp.Expr) -> int | None:
+    """An output that is an integer literal of Postgres's integer type (`SELECT 1 FROM ...`)."""
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        value = int(node.this)
+        return value if value <= 2**31 - 1 else None
+    return None
 
 
 def conjuncts(condition: exp.Expr) -> list[exp.Expr]:

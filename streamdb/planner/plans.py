@@ -49,7 +49,9 @@ class PointLookup:
     """A query that is a lookup by key (planner/lookup.py): answered from a hash index."""
 
     relation_id: int
-    output_columns: tuple[str, ...]
+    # Per output: a column of the relation, or (an int) that integer constant, as in the
+    # existence check `SELECT 1 FROM t WHERE key = $1`.
+    outputs: tuple[str | int, ...]
     key_columns: tuple[str, ...]
     # Per key column: the parameter it takes ($n), or 0 and the literal in key_literals.
     key_params: tuple[int, ...]

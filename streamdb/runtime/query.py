@@ -144,7 +144,10 @@ def _picked_rows(plan: QueryPlan, schema: pa.Schema, values_of: Callable[[str], 
     clients get them."""
     assert plan.lookup is not None
     out = []
-    for name, col in zip(plan.lookup.output_columns, plan.columns, strict=True):
+    for name, col in zip(plan.lookup.outputs, plan.columns, strict=True):
+        if isinstance(name, int):  # a constant
+            out.append([name] * len(positions))
+            continue
         raw = values_of(name)
         convert = value_converter(schema.field(name).type, col.type)
         picked = [raw[p] for p in positions]
@@ -175,10 +178,10 @@ def _row_by_primary_key(engine: Engine, rel: RelationDef, plan: QueryPlan,
         return []
     row = C.decode_state_row(raw)[0]
     types = {c.name: c.type for c in rel.columns}
-    if all(types[name].oid in _AS_STORED and col.type.oid == types[name].oid
-           for name, col in zip(lookup.output_columns, plan.columns, strict=True)):
+    if all(isinstance(name, int) or (types[name].oid in _AS_STORED and col.type.oid == types[name].oid)
+           for name, col in zip(lookup.outputs, plan.columns, strict=True)):
         names = rel.column_names()
-        return [tuple(row[names.index(name)] for name in lookup.output_columns)]
+        return [tuple(name if isinstance(name, int) else row[names.index(name)] for name in lookup.outputs)]
     table = keyed_rows_table(rel, [row], [row_key])  # the values as a query over the rows gives them
     return _picked_rows(plan, table.schema, lambda name: table.column(name).to_pylist(), [0])
 
