@@ -6,7 +6,8 @@ lookup itself. The planner recognises the shape; the runtime answers it from a h
 index over the relation's cached rows, with no engine at all (docs/serving.md).
 
 Only exact shapes qualify: one table or materialized view, plain columns (or integer
-constants, as in the existence check `SELECT 1 ... WHERE key = $1`) out, and a conjunction of `column = $n | literal` over integer or text columns, where equality
+constants, as in the existence check `SELECT 1 ... WHERE key = $1`) out, and a
+conjunction of `column = $n | literal` over integer or text columns, where equality
 means the same in Python as in Postgres. Anything else takes the general path.
 """
 
