@@ -176,6 +176,21 @@ def test_stream_and_view_reads_after_many_single_row_inserts(conn, unique):
     assert rows(conn, f"SELECT id, g, t FROM {v} ORDER BY id") == rows(
         conn, f"SELECT id, g, t FROM {s} WHERE g <> 3 ORDER BY id")
     assert rows(conn, f"SELECT count(*), sum(id) FROM {s}") == [(600, sum(range(600)))]
+    # A keyed table written one row per statement, read after hundreds of changes at once (its
+    # cached rows brought up to date from the changes since, combined before they are grouped).
+    t = f"st_{unique}"
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, g INT)")
+    model: dict[int, int] = {}
+    for round_ in range(3):
+        for _ in range(150 * (round_ + 1)):
+            k = rng.randrange(200)
+            if rng.random() < 0.2:
+                conn.execute(f"DELETE FROM {t} WHERE id = %s", (k,))
+                model.pop(k, None)
+            else:
+                conn.execute(f"INSERT INTO {t} VALUES (%s, %s)", (k, round_))
+                model[k] = round_
+        assert rows(conn, f"SELECT id, g FROM {t} ORDER BY id") == sorted(model.items()), round_
 
 
 def test_insert_select_and_joins(conn, unique):

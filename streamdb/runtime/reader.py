@@ -371,6 +371,8 @@ class RelationReader:
         if not parts:
             return self._store(rel, offsets, table, table, None)
         changes = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        if len(parts) > 64:  # single-row writes: a chunk per change makes the grouping per-chunk work
+            changes = changes.combine_chunks()
         order = pa.array(range(changes.num_rows), pa.int64())
         inserted = pc.if_else(pc.greater(changes.column(C.WEIGHT), 0), order, pa.scalar(None, pa.int64()))
         per_key = (pa.table({C.ROWKEY: changes.column(C.ROWKEY), "w": changes.column(C.WEIGHT), "o": order,
