@@ -5,6 +5,7 @@ extended protocol, and always equal to the general engine's answer
 
 from __future__ import annotations
 
+import contextlib
 from decimal import Decimal
 
 import psycopg
@@ -172,3 +173,47 @@ def test_lookup_shapes_that_take_the_general_path(conn, unique):
     conn.execute("FLUSH")
     assert rows(conn, f"SELECT name FROM {v} WHERE id = 1") == [("0",)]
     assert engine(conn) == "index"
+
+
+def test_whole_counts_are_the_relations_kept_counts(conn, unique):
+    """`SELECT count(*) FROM rel` is answered from the row count the reader keeps from the log
+    (SHOW QUERIES's), without building a view's rows: the same answer as the embedded engine's
+    `count(1)`, for a stream, a keyed table, a view with retractions and a log-only view, after
+    inserts, upserts and deletes; a failing view's count is its error, as its rows are."""
+    s, t, agg, lin = f"wc_s_{unique}", f"wc_t_{unique}", f"wc_a_{unique}", f"wc_l_{unique}"
+    conn.execute(f"CREATE STREAM {s} (id BIGINT, k INT)")
+    conn.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT)")
+    conn.execute(f"CREATE MATERIALIZED VIEW {agg} AS SELECT k, count(*) AS n FROM {t} GROUP BY k")
+    conn.execute(f"CREATE MATERIALIZED VIEW {lin} AS SELECT id FROM {s} WHERE k <> 2")
+
+    def check() -> None:
+        conn.execute("FLUSH")
+        for rel in (s, t, agg, lin):
+            got = rows(conn, f"SELECT count(*) FROM {rel}")
+            assert engine(conn) == "count", rel
+            assert got == rows(conn, f"SELECT count(1) FROM {rel}"), rel
+            assert engine(conn) == "embedded", rel
+
+    check()
+    conn.execute(f"INSERT INTO {s} SELECT g, g % 4 FROM generate_series(1, 50) g")
+    conn.execute(f"INSERT INTO {t} SELECT g, g % 5 FROM generate_series(1, 40) g")
+    check()
+    conn.execute(f"DELETE FROM {t} WHERE k IN (1, 3)")
+    conn.execute(f"INSERT INTO {t} VALUES (1, 9), (2, 9), (100, 9)")
+    conn.execute(f"INSERT INTO {s} VALUES (51, 2), (52, 0)")
+    check()
+    assert rows(conn, f"SELECT count(*) AS n FROM {agg}") == [(4,)]  # k = 0, 2, 4, 9
+    assert rows(conn, f"SELECT count(*) FROM {s}") == [(52,)]
+    # A view whose maintenance fails reads as its error, count included.
+    bad = f"wc_bad_{unique}"
+    conn.execute(f"CREATE MATERIALIZED VIEW {bad} AS SELECT id, 10 / (k - 7) AS q FROM {s}")
+    conn.execute(f"FLUSH {bad}")
+    assert rows(conn, f"SELECT count(*) FROM {bad}") == [(52,)]
+    conn.execute(f"INSERT INTO {s} VALUES (53, 7)")
+    with contextlib.suppress(psycopg.Error):
+        conn.execute(f"FLUSH {bad}")
+    try:
+        conn.execute(f"SELECT count(*) FROM {bad}")
+        raise AssertionError("the failing view's count was read")
+    except psycopg.errors.DivisionByZero:
+        pass

@@ -100,3 +100,33 @@ def test_not_lookups(sql):
 def test_parameters_of_another_kind_are_not_lookups():
     assert lookup("SELECT name FROM kv WHERE id = $1", [T.TEXT]) is None
     assert lookup("SELECT name FROM kv WHERE id = $1", [T.INTEGER]) is not None
+
+
+def counted(sql: str) -> int | None:
+    return plan_query(parse_one(sql), CTX).count_of
+
+
+def test_whole_counts():
+    assert counted("SELECT count(*) FROM kv") == VIEW.id
+    assert counted("SELECT count(*) AS n FROM kv AS k") == VIEW.id
+    assert counted("SELECT count(*) FROM ev") == STREAM.id
+    assert counted("SELECT count(*) FROM users") == TABLE.id
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT count(*) FROM kv WHERE id = 1",
+    "SELECT count(1) FROM kv",
+    "SELECT count(id) FROM kv",  # NULLs are not counted
+    "SELECT count(DISTINCT id) FROM kv",
+    "SELECT count(*) FILTER (WHERE id > 1) FROM kv",
+    "SELECT count(*) OVER () FROM kv",
+    "SELECT count(*), max(id) FROM kv",
+    "SELECT count(*) + 1 FROM kv",
+    "SELECT count(*) FROM kv GROUP BY id",
+    "SELECT count(*) FROM kv HAVING count(*) > 1",
+    "SELECT count(*) FROM kv LIMIT 0",
+    "SELECT count(*) FROM kv AS a JOIN users AS b ON a.id = b.id",
+    "SELECT count(*) FROM (SELECT * FROM kv) AS s",
+])
+def test_not_whole_counts(sql):
+    assert counted(sql) is None

@@ -23,13 +23,17 @@ from streamdb.planner.plans import PointLookup, RelationInput
 _TEXT_TYPES = (T.TEXT, T.VARCHAR)
 
 
+# The parts of a SELECT that make it more than a lookup (or a whole count).
+_NOT_A_LOOKUP = ("joins", "group", "having", "order", "limit", "offset", "distinct", "with",
+                 "windows", "laterals", "qualify", "into", "locks", "sample", "kind")
+
+
 def lookup_shaped(query: object) -> bool:
     """Whether a statement has a lookup's outline (one table, a WHERE, nothing else): the cheap
     test that spares planning statements that cannot be lookups."""
     if not isinstance(query, exp.Select) or query.args.get("where") is None:
         return False
-    for arg in ("joins", "group", "having", "order", "limit", "offset", "distinct", "with",
-                "windows", "laterals", "qualify", "into", "locks", "sample", "kind"):
+    for arg in _NOT_A_LOOKUP:
         if query.args.get(arg):
             return False
     frm = query.args.get("from_") or query.args.get("from")
@@ -93,6 +97,32 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
     return PointLookup(relation_id=inp.relation_id, outputs=tuple(outputs),
                        key_columns=tuple(keys), key_params=tuple(p for p, _ in keys.values()),
                        key_literals=tuple(v for _, v in keys.values()))
+
+
+def counted_relation(query: exp.Expression, inputs: tuple[RelationInput, ...], ctx: PlanContext) -> int | None:
+    """`SELECT count(*) FROM rel` over a whole table, stream or materialized view (nothing else:
+    no WHERE, grouping, FILTER, window or DISTINCT): the relation's id, else None. The reader
+    keeps such counts from the log's weights (what SHOW QUERIES shows), so that a count builds
+    none of the rows: a view's 9.2M rows took GiBs of the server to be counted."""
+    if not isinstance(query, exp.Select) or len(query.expressions) != 1 or len(inputs) != 1:
+        return None
+    for arg in ("where", *_NOT_A_LOOKUP):
+        if query.args.get(arg):
+            return None
+    frm = query.args.get("from_") or query.args.get("from")
+    if frm is None or not isinstance(frm.this, exp.Table):
+        return None
+    inp = inputs[0]
+    if inp.relation_id is None or inp.mode != "state" or normalize(frm.this.this) != inp.registered_name:
+        return None
+    rel = ctx.catalog.by_id(inp.relation_id)
+    if rel is None or rel.kind not in ("table", "stream", "materialized_view") or rel.schemaless:
+        return None
+    node = query.expressions[0]
+    node = node.this if isinstance(node, exp.Alias) else node
+    if not isinstance(node, exp.Count) or not isinstance(node.this, exp.Star):
+        return None
+    return inp.relation_id
 
 
 def _integer_constant(node: exp.Expr) -> int | None:

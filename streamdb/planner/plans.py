@@ -76,6 +76,9 @@ class QueryPlan(Plan):
     params: tuple[Any, ...] = ()
     # Set when the query is a lookup by key: the runtime answers it from an index.
     lookup: PointLookup | None = None
+    # Set when the query is `SELECT count(*) FROM rel` (planner/lookup.py): the relation's id,
+    # whose row count the reader keeps from its log, so that counting builds no rows.
+    count_of: int | None = None
     # Plain views the query read, inlined (views over views included): things built on the
     # query depend on them as well as on `inputs` (planner/create_plain_view.py).
     views: tuple[int, ...] = ()

@@ -32,7 +32,7 @@ from streamdb.planner import asof, pg_functions, privileges
 from streamdb.planner.coerce import NotALiteral, TypedValue
 from streamdb.planner.context import PlanContext
 from streamdb.planner.functions import SQL_NAME, resolve_calls
-from streamdb.planner.lookup import point_lookup
+from streamdb.planner.lookup import counted_relation, point_lookup
 from streamdb.planner.names import QUOTED_KEYWORDS, normalize, position_of, table_name
 from streamdb.planner.numeric_scale import unconstrained_numeric_casts
 from streamdb.planner.plans import QueryPlan, RelationInput
@@ -912,7 +912,8 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     return QueryPlan(duckdb_sql=duck_sql, spark_source=partial(spark_sql_for, query, inputs), inputs=inputs,
                      columns=columns,
                      param_types=param_types, resolved_source=partial(query.sql, dialect="streamdb"),
-                     lookup=point_lookup(query, inputs, param_types, ctx), views=views, functions=functions)
+                     lookup=point_lookup(query, inputs, param_types, ctx), count_of=counted_relation(query, inputs, ctx),
+                     views=views, functions=functions)
 
 
 # sdb_raise('SQLSTATE:message') raises PostgreSQL's error from SQL: error() in the embedded

@@ -79,6 +79,8 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
                  limit_result: bool = False) -> tuple[str, list[tuple[Any, ...]]]:
     """Returns the engine used and the rows. `limit_result`: a result for the client, held in
     memory, so max_result_rows / max_result_bytes apply (54000)."""
+    if plan.count_of is not None:
+        return "count", [(_row_count(engine, plan.count_of),)]
     tables = gather_inputs(engine, plan, session)
     input_rows = sum(t.num_rows for t in tables.values())
     spark = engine.spark
@@ -104,6 +106,20 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
             result, limits.effective_max_rows(engine.settings.max_result_rows, session.settings),
             engine.settings.max_result_bytes)
     return engine_used, arrow_to_rows(result, plan.columns)
+
+
+def _row_count(engine: Engine, relation_id: int) -> int:
+    """`SELECT count(*) FROM rel`: the row count the reader keeps from the relation's log (a
+    stream's events, a view's weights; a table's cached rows), without building a view's rows."""
+    rel = engine.catalog.by_id(relation_id)
+    if rel is None:
+        raise UndefinedTable(f"relation {relation_id} was dropped while the query ran")
+    if failpoints.ENABLED:
+        failpoints.read_pause(rel.name)
+    with engine.storage.snapshot() as snap:
+        if not stored_in(snap, rel):  # a DROP committed after the catalog above was read
+            raise UndefinedTable(f'relation "{rel.name}" was dropped while the query ran')
+        return engine.reader.row_count(rel, snap)
 
 
 def lookup_rows(engine: Engine, plan: QueryPlan, *, build: bool) -> list[tuple[Any, ...]] | None:

@@ -22,6 +22,6 @@ def answer_from_current_index(plan: QueryPlan, ctx: ExecContext) -> ExecutionRes
 
 
 def _result(plan: QueryPlan, ctx: ExecContext, engine_used: str, rows: list[tuple[Any, ...]]) -> ExecutionResult:
-    # Visible as SHOW streamdb.last_query_engine: which engine answered (index, embedded or spark).
+    # Visible as SHOW streamdb.last_query_engine: which engine answered (index, count, embedded or spark).
     ctx.session.settings["streamdb.last_query_engine"] = engine_used
     return ExecutionResult(f"SELECT {len(rows)}", columns=plan.columns, rows=rows)
