@@ -209,11 +209,14 @@ def test_whole_counts_are_the_relations_kept_counts(conn, unique):
     conn.execute(f"CREATE MATERIALIZED VIEW {bad} AS SELECT id, 10 / (k - 7) AS q FROM {s}")
     conn.execute(f"FLUSH {bad}")
     assert rows(conn, f"SELECT count(*) FROM {bad}") == [(52,)]
-    conn.execute(f"INSERT INTO {s} VALUES (53, 7)")
-    with contextlib.suppress(psycopg.Error):
-        conn.execute(f"FLUSH {bad}")
     try:
-        conn.execute(f"SELECT count(*) FROM {bad}")
-        raise AssertionError("the failing view's count was read")
-    except psycopg.errors.DivisionByZero:
-        pass
+        conn.execute(f"INSERT INTO {s} VALUES (53, 7)")
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(f"FLUSH {bad}")
+        try:
+            conn.execute(f"SELECT count(*) FROM {bad}")
+            raise AssertionError("the failing view's count was read")
+        except psycopg.errors.DivisionByZero:
+            pass
+    finally:  # a failing view fails every FLUSH of the shared server's later tests
+        conn.execute(f"DROP MATERIALIZED VIEW {bad}")
