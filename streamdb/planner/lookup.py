@@ -43,18 +43,13 @@ def lookup_shaped(query: object) -> bool:
 def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
                  param_types: tuple[T.SqlType, ...], ctx: PlanContext) -> PointLookup | None:
     """The lookup a resolved query amounts to, or None when it is anything more."""
-    if not lookup_shaped(query) or len(inputs) != 1:
+    if not lookup_shaped(query):
         return None
-    inp = inputs[0]
-    if inp.relation_id is None or inp.mode != "state":
-        return None
-    rel = ctx.catalog.by_id(inp.relation_id)
     # Streams are read as their whole log, rebuilt per read: an index would not outlive it.
-    if rel is None or rel.kind not in ("table", "materialized_view") or rel.schemaless:
+    read = _stored_relation(query, inputs, ctx, ("table", "materialized_view"))
+    if read is None:
         return None
-    table = (query.args.get("from_") or query.args["from"]).this
-    if normalize(table.this) != inp.registered_name:
-        return None
+    rel_id, inp, table = read
     qualifiers = {inp.registered_name}
     alias = table.args.get("alias")
     if alias is not None and alias.this is not None:
@@ -94,7 +89,7 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
         if value is None or name in keys:
             return None
         keys[name] = value
-    return PointLookup(relation_id=inp.relation_id, outputs=tuple(outputs),
+    return PointLookup(relation_id=rel_id, outputs=tuple(outputs),
                        key_columns=tuple(keys), key_params=tuple(p for p, _ in keys.values()),
                        key_literals=tuple(v for _, v in keys.values()))
 
@@ -104,25 +99,34 @@ def counted_relation(query: exp.Expression, inputs: tuple[RelationInput, ...], c
     no WHERE, grouping, FILTER, window or DISTINCT): the relation's id, else None. The reader
     keeps such counts from the log's weights (what SHOW QUERIES shows), so that a count builds
     none of the rows: a view's 9.2M rows took GiBs of the server to be counted."""
-    if not isinstance(query, exp.Select) or len(query.expressions) != 1 or len(inputs) != 1:
+    if not isinstance(query, exp.Select) or len(query.expressions) != 1:
         return None
     for arg in ("where", *_NOT_A_LOOKUP):
         if query.args.get(arg):
             return None
-    frm = query.args.get("from_") or query.args.get("from")
-    if frm is None or not isinstance(frm.this, exp.Table):
-        return None
-    inp = inputs[0]
-    if inp.relation_id is None or inp.mode != "state" or normalize(frm.this.this) != inp.registered_name:
-        return None
-    rel = ctx.catalog.by_id(inp.relation_id)
-    if rel is None or rel.kind not in ("table", "stream", "materialized_view") or rel.schemaless:
-        return None
     node = query.expressions[0]
     node = node.this if isinstance(node, exp.Alias) else node
     if not isinstance(node, exp.Count) or not isinstance(node.this, exp.Star):
         return None
-    return inp.relation_id
+    read = _stored_relation(query, inputs, ctx, ("table", "stream", "materialized_view"))
+    return read[0] if read is not None else None
+
+
+def _stored_relation(query: exp.Expression, inputs: tuple[RelationInput, ...], ctx: PlanContext,
+                     kinds: tuple[str, ...]) -> tuple[int, RelationInput, exp.Table] | None:
+    """The one stored relation of one of `kinds` (not schemaless) that `query` reads, named in
+    its FROM: its id, input and table node; None for anything else (a subquery, a system table)."""
+    frm = query.args.get("from_") or query.args.get("from")
+    if len(inputs) != 1 or frm is None or not isinstance(frm.this, exp.Table):
+        return None
+    inp = inputs[0]
+    rel_id = inp.relation_id
+    if rel_id is None or inp.mode != "state" or normalize(frm.this.this) != inp.registered_name:
+        return None
+    rel = ctx.catalog.by_id(rel_id)
+    if rel is None or rel.kind not in kinds or rel.schemaless:
+        return None
+    return rel_id, inp, frm.this
 
 
 def _integer_constant(node: exp.Expr) -> int | None:
