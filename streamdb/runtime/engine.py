@@ -59,6 +59,7 @@ class Engine:
                 settings.spark_master, work_dir=str(data_dir / "spark"),
                 conf={"spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
                       **settings.spark_conf},
+                nice=settings.spark_nice,
             )
 
     def start(self) -> None:

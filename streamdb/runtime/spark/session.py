@@ -407,8 +407,12 @@ class SparkRuntime:
         conf: dict[str, str] | None = None,
         shuffle_partitions: int = 2,
         ready_timeout: float = 120.0,
+        nice: int = 0,
     ) -> None:
         self.master = master
+        # The JVM's niceness (Settings.spark_nice): view maintenance yields the local cores to
+        # the server's writes and reads when both want them.
+        self.nice = nice
         self.app_name = app_name
         # The JVM of a server killed with -9 can outlive it and still hold its files; each run gets
         # its own directory, and the previous run's JVM (recorded in jvm.pid) is stopped at start.
@@ -637,7 +641,7 @@ class SparkRuntime:
         try:
             # Launch the JVM first and alone: a launch while the embedded engine's threads start
             # has been seen to make the JVM exit at once (JAVA_GATEWAY_EXITED).
-            with _spawn_without_preexec():
+            with _spawn_without_preexec(self.nice):
                 SparkContext._ensure_initialized(conf=conf)
         finally:
             self.gateway_launched.set()
@@ -903,21 +907,27 @@ def _quiet_pyspark_loggers() -> None:
 
 
 @contextlib.contextmanager
-def _spawn_without_preexec() -> Iterator[None]:
+def _spawn_without_preexec(nice: int = 0) -> Iterator[None]:
     """pyspark starts the JVM with a Python preexec_fn (to ignore SIGINT), which runs Python code
     in the forked child: in a process full of native threads (RocksDB, DuckDB: a JVM started again
     after one died) that child can die before exec. Start it in its own process group instead
-    (terminal Ctrl-C does not reach it either), which the C fork/exec path does safely."""
+    (terminal Ctrl-C does not reach it either), which the C fork/exec path does safely.
+
+    With ``nice`` > 0 the JVM runs under ``nice -n``, so every one of its threads has that
+    niceness from the start (niceness is per thread on Linux; a new thread takes its creator's)."""
     import subprocess
 
     import pyspark.java_gateway as gateway
 
     original = gateway.Popen
+    nice_command = shutil.which("nice") if nice > 0 else None
 
-    def popen(*args: Any, **kwargs: Any) -> Any:
+    def popen(command: list[str], **kwargs: Any) -> Any:
         if kwargs.pop("preexec_fn", None) is not None:
             kwargs["process_group"] = 0
-        return subprocess.Popen(*args, **kwargs)
+        if nice_command is not None:
+            command = [nice_command, "-n", str(nice), *command]  # nice execs it: the same pid
+        return subprocess.Popen(command, **kwargs)
 
     gateway.Popen = popen  # type: ignore[assignment,misc]
     try:
