@@ -1605,8 +1605,12 @@ def test_grouping_sets_and_set_returning_views_match_postgresql(server, conn, po
             pg.execute(f"DROP TABLE {t}")
 
 
-def _niceness(pid: int, tid: str) -> int:
-    stat = open(f"/proc/{pid}/task/{tid}/stat").read()  # noqa: SIM115 - read whole at once
+def _niceness(pid: int, tid: str) -> int | None:
+    """A thread's nice value, None if it has ended since it was listed."""
+    try:
+        stat = open(f"/proc/{pid}/task/{tid}/stat").read()  # noqa: SIM115 - read whole at once
+    except (FileNotFoundError, ProcessLookupError):
+        return None
     return int(stat[stat.rfind(")") + 2:].split()[16])  # field 19: nice
 
 
@@ -1626,6 +1630,8 @@ def test_the_spark_jvm_yields_the_cores_to_the_server(server, conn, unique):
     jvm = int((server.data_dir / "spark" / "jvm.pid").read_text())
     assert "java" in open(f"/proc/{jvm}/comm").read()  # noqa: SIM115
     own = _niceness(server.proc.pid, str(server.proc.pid))  # the test run's, unless run niced
+    assert own is not None
     threads = {tid: _niceness(jvm, tid) for tid in os.listdir(f"/proc/{jvm}/task")}
+    threads = {tid: nice for tid, nice in threads.items() if nice is not None}  # threads come and go
     assert len(threads) > 20 and set(threads.values()) == {min(own + 10, 19)}, threads
     conn.execute(f"DROP STREAM {s} CASCADE")

@@ -55,6 +55,9 @@ log = logging.getLogger("streamdb.wire")
 
 # Flush the output buffer once it holds this much, so big results stream with backpressure.
 _FLUSH_THRESHOLD = 64 * 1024
+# RowDescriptions and row encoders a connection keeps (Connection._output).
+_OUTPUTS_KEPT = 64
+_RowEncoder = Callable[[tuple[Any, ...]], bytes]
 _CLOSE_GRACE_SECONDS = 2.0
 # Messages a client may pipeline while a push query streams before we stop reading them.
 _MAX_QUEUED_MESSAGES = 1000
@@ -236,6 +239,8 @@ class Connection:
         # Parameter types the client declared in Parse; they win over inferred ones for decoding.
         self._declared_types: dict[str, list[SqlType | None]] = {}
         self._portals: dict[str, _Portal] = {}
+        # (id of a columns tuple, formats) -> (the tuple, its RowDescription, its row encoder)
+        self._outputs: dict[tuple[int, tuple[int, ...]], tuple[Sequence[Column], bytes, _RowEncoder]] = {}
         self._skip_until_sync = False
         self._cancel_event = asyncio.Event()
         # A read started while streaming (to notice disconnects); its message is handled next.
@@ -596,7 +601,9 @@ class Connection:
             if self._skip_until_sync and kind != b"S":
                 continue
             try:
-                await handler(body)
+                pending = handler(body)  # Bind, Describe and Close answer without awaiting
+                if pending is not None:
+                    await pending
             except (_ConnectionClosed, _FatalError):
                 raise
             except StreamDBError as exc:
@@ -612,7 +619,8 @@ class Connection:
                 if kind[0] in _EXTENDED_MESSAGES:
                     self._skip_until_sync = True
                     await self._flush()
-            await self._maybe_flush()
+            if len(self._out) >= _FLUSH_THRESHOLD:  # as _maybe_flush, without a coroutine per message
+                await self._flush()
 
     # --- simple query -------------------------------------------------------------------
 
@@ -657,9 +665,9 @@ class Connection:
                 await self._stream(result, _row_encoder(columns, [pq.FORMAT_TEXT] * len(columns)))
             else:
                 if result.columns is not None:
-                    formats = [pq.FORMAT_TEXT] * len(result.columns)
-                    self._send(pq.row_description(_describe_fields(result.columns, formats)))
-                    await self._send_rows(result.rows or [], _row_encoder(result.columns, formats))
+                    description, encode = self._output(result.columns, [pq.FORMAT_TEXT] * len(result.columns))
+                    self._send(description)
+                    await self._send_rows(result.rows or [], encode)
             self._finish(result)
             return True
         except StreamDBError as exc:
@@ -836,7 +844,7 @@ class Connection:
         self._declared_types[name] = declared
         self._send(pq.parse_complete())
 
-    async def _on_bind(self, body: bytes) -> None:
+    def _on_bind(self, body: bytes) -> None:
         reader = pq.MessageReader(body)
         portal_name = reader.cstring()
         statement_name = reader.cstring()
@@ -874,7 +882,7 @@ class Connection:
         self._portals[portal_name] = _Portal(prepared, params, result_formats)
         self._send(pq.bind_complete())
 
-    async def _on_describe(self, body: bytes) -> None:
+    def _on_describe(self, body: bytes) -> None:
         reader = pq.MessageReader(body)
         target = reader.byte()
         name = reader.cstring()
@@ -885,8 +893,7 @@ class Connection:
             if prepared.columns is None:
                 self._send(pq.no_data())
             else:
-                formats = [pq.FORMAT_TEXT] * len(prepared.columns)
-                self._send(pq.row_description(_describe_fields(prepared.columns, formats)))
+                self._send(self._output(prepared.columns, [pq.FORMAT_TEXT] * len(prepared.columns))[0])
         elif target == ord("P"):
             portal = self._portal(name)
             columns = portal.prepared.columns
@@ -894,7 +901,7 @@ class Connection:
                 self._send(pq.no_data())
             else:
                 formats = _resolve_result_formats(portal.result_format_codes, len(columns))
-                self._send(pq.row_description(_describe_fields(columns, formats)))
+                self._send(self._output(columns, formats)[0])
         else:
             raise ProtocolViolation(f"invalid DESCRIBE message subtype {target}")
 
@@ -967,9 +974,26 @@ class Connection:
         if columns is None or (portal.result.columns is not None and len(portal.result.columns) != len(columns)):
             columns = portal.result.columns or ()
         formats = _resolve_result_formats(portal.result_format_codes, len(columns))
-        return _row_encoder(columns, formats)
+        return self._output(columns, formats)[1]
 
-    async def _on_close(self, body: bytes) -> None:
+    def _output(self, columns: Sequence[Column], formats: Sequence[int]) -> tuple[bytes, _RowEncoder]:
+        """The RowDescription and the row encoder of these columns in these formats. A prepared
+        statement's Describe and Execute (and a repeated query's plan) bring the same columns
+        each time, so they are kept per connection, by the identity of the columns' tuple."""
+        if not isinstance(columns, tuple):  # only a tuple is sure to keep its columns
+            return pq.row_description(_describe_fields(columns, formats)), _row_encoder(columns, formats)
+        key = (id(columns), tuple(formats))
+        kept = self._outputs.get(key)
+        if kept is not None and kept[0] is columns:
+            return kept[1], kept[2]
+        description = pq.row_description(_describe_fields(columns, formats))
+        encode = _row_encoder(columns, formats)
+        if len(self._outputs) >= _OUTPUTS_KEPT:
+            self._outputs.clear()
+        self._outputs[key] = (columns, description, encode)  # the tuple held: its id stays its own
+        return description, encode
+
+    def _on_close(self, body: bytes) -> None:
         reader = pq.MessageReader(body)
         target = reader.byte()
         name = reader.cstring()
@@ -1107,7 +1131,7 @@ def _decode_param(raw: bytes | None, sql_type: SqlType, fmt: int, index: int) ->
     return values.parse_text(text, sql_type)
 
 
-def _row_encoder(columns: Sequence[Column], formats: Sequence[int]) -> Callable[[tuple[Any, ...]], bytes]:
+def _row_encoder(columns: Sequence[Column], formats: Sequence[int]) -> _RowEncoder:
     """A function turning one row into a DataRow message, with one cell encoder per column."""
     encoders = [
         _binary_cell_encoder(column.type) if fmt == pq.FORMAT_BINARY else _text_cell_encoder(column.type)
