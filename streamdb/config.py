@@ -38,7 +38,7 @@ class Settings(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     # Niceness of the Spark JVM this server starts (the driver; in local mode the executors too):
     # view maintenance is background work, so a client's INSERT or read gets a core first when
-    # both want one (docs/views.md, "Sharing the cores"). 0: the server's own priority.
+    # both want one (docs/views.md, "Sharing the cores with the server"). 0: the server's own priority.
     spark_nice: int = Field(10, ge=0, le=19)
     # Start Spark at server start (in the background). Tests of the wire layer may turn it off.
     spark_enabled: bool = True

@@ -13,6 +13,7 @@ import math
 import os
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -1608,7 +1609,7 @@ def test_grouping_sets_and_set_returning_views_match_postgresql(server, conn, po
 def _niceness(pid: int, tid: str) -> int | None:
     """A thread's nice value, None if it has ended since it was listed."""
     try:
-        stat = open(f"/proc/{pid}/task/{tid}/stat").read()  # noqa: SIM115 - read whole at once
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
     return int(stat[stat.rfind(")") + 2:].split()[16])  # field 19: nice
@@ -1628,7 +1629,7 @@ def test_the_spark_jvm_yields_the_cores_to_the_server(server, conn, unique):
     assert conn.execute(f"SELECT * FROM {mv} ORDER BY k").fetchall() == conn.execute(query).fetchall() \
         == [(0, 63), (1, 70), (2, 57)]
     jvm = int((server.data_dir / "spark" / "jvm.pid").read_text())
-    assert "java" in open(f"/proc/{jvm}/comm").read()  # noqa: SIM115
+    assert "java" in Path(f"/proc/{jvm}/comm").read_text()
     own = _niceness(server.proc.pid, str(server.proc.pid))  # the test run's, unless run niced
     assert own is not None
     threads = {tid: _niceness(jvm, tid) for tid in os.listdir(f"/proc/{jvm}/task")}

@@ -332,9 +332,10 @@ class Connection:
         except (ConnectionError, OSError, RuntimeError) as exc:
             raise _ConnectionClosed() from exc
 
-    async def _maybe_flush(self) -> None:
-        if len(self._out) >= _FLUSH_THRESHOLD:
-            await self._flush()
+    def _output_full(self) -> bool:
+        """Whether the buffered output is due to be flushed (a plain test: callers await _flush
+        only then, so a message or a row costs no coroutine)."""
+        return len(self._out) >= _FLUSH_THRESHOLD
 
     def _send_error(self, error: StreamDBError, *, severity: str | None = None, position_offset: int = 0) -> None:
         self._send(pq.error_or_notice(b"E", _error_fields(error, severity, position_offset)))
@@ -619,7 +620,7 @@ class Connection:
                 if kind[0] in _EXTENDED_MESSAGES:
                     self._skip_until_sync = True
                     await self._flush()
-            if len(self._out) >= _FLUSH_THRESHOLD:  # as _maybe_flush, without a coroutine per message
+            if self._output_full():
                 await self._flush()
 
     # --- simple query -------------------------------------------------------------------
@@ -694,7 +695,7 @@ class Connection:
     async def _send_rows(self, rows: Sequence[tuple[Any, ...]], encode: Callable[[tuple[Any, ...]], bytes]) -> None:
         for row in rows:
             self._send(encode(row))
-            if len(self._out) >= _FLUSH_THRESHOLD:
+            if self._output_full():
                 await self._flush()
 
     # --- COPY ---------------------------------------------------------------------------
@@ -748,7 +749,8 @@ class Connection:
         self._send(pq.copy_out_response(overall, [overall] * ncols))
         for line in result.copy_out or ():
             self._send(pq.copy_data(line))
-            await self._maybe_flush()
+            if self._output_full():
+                await self._flush()
         self._send(pq.copy_done())
 
     # --- push queries -------------------------------------------------------------------
