@@ -775,3 +775,76 @@ def test_after_a_failed_rocksdb_write_no_write_is_attempted_until_reopen(storage
             assert list(snap.read(1, 0)) == [(0, 1, b"kept"), (1, 1, b"next")]
     finally:
         reopened.close()
+
+
+def test_snapshot_end_offsets_are_the_logs_without_a_seek(storage: RocksDBStorage) -> None:
+    """A snapshot answers end_offset from the ends it took with its iterator (a seek onto a
+    partition's last batch reads that batch's whole block: tens of MB after a large COPY). They
+    must be what a seek of the same snapshot finds, through appends, drops and a reopen, and stay
+    those of the moment it was taken."""
+    import random
+
+    from rocksdict import ReadOptions
+
+    from streamdb.storage.rocksdb import RocksDBSnapshot
+
+    def seeked(s: RocksDBStorage) -> dict[tuple[int, int], int]:
+        snap = RocksDBSnapshot(s._db.iter(ReadOptions()))  # no ends given: each one a seek
+        try:
+            return {(r, p): snap.end_offset(r, p) for r in range(1, 6) for p in range(3)}
+        finally:
+            snap.close()
+
+    rng = random.Random(7)
+    for round_ in range(60):
+        if rng.random() < 0.1:
+            storage.commit(Commit(drop_relations=[rng.randint(1, 5)]))
+        else:
+            storage.commit(Commit(appends=[Append(rng.randint(1, 5), rng.randint(0, 2), b"x" * rng.randint(1, 64),
+                                                  rng.randint(1, 9)) for _ in range(rng.randint(1, 4))]))
+        with storage.snapshot() as snap:
+            taken = {(r, p): snap.end_offset(r, p) for r in range(1, 6) for p in range(3)}
+            assert taken == seeked(storage), round_
+            storage.commit(Commit(appends=[Append(1, 0, b"later", 3)]))
+            assert {(r, p): snap.end_offset(r, p) for r in range(1, 6) for p in range(3)} == taken
+    ends = seeked(storage)
+    storage = reopen(storage)
+    with storage.snapshot() as snap:
+        assert {(r, p): snap.end_offset(r, p) for r in range(1, 6) for p in range(3)} == ends
+    storage.close()
+
+
+def test_end_keys_follow_every_partition_through_drops_and_an_older_server(storage: RocksDBStorage) -> None:
+    """Every append writes its partition's end key (what Spark's tasks read instead of seeking
+    onto the last batch) in the same batch; a drop removes them; opening repairs keys that a
+    server of an older version left stale or missing."""
+    from streamdb.storage.rocksdb import META_END, WriteBatch, end_key
+
+    def end_keys(s: RocksDBStorage) -> dict[bytes, int]:
+        out = {}
+        it = s._db.iter()
+        it.seek(META_END)
+        while it.valid() and it.key().startswith(META_END):
+            out[it.key()] = int.from_bytes(it.value(), "big")
+            it.next()
+        return out
+
+    def expected(s: RocksDBStorage) -> dict[bytes, int]:
+        return {end_key(r, p): n for r, parts in s._next_offsets.items() for p, n in parts.items()}
+
+    storage.commit(Commit(appends=[Append(1, 0, b"a", 3), Append(1, 1, b"b", 2), Append(2, 0, b"c", 5)]))
+    storage.commit(Commit(appends=[Append(1, 0, b"d", 4)]))
+    assert end_keys(storage) == {end_key(1, 0): 7, end_key(1, 1): 2, end_key(2, 0): 5} == expected(storage)
+    storage.commit(Commit(drop_relations=[1], appends=[Append(3, 2, b"e", 1)]))
+    assert end_keys(storage) == {end_key(2, 0): 5, end_key(3, 2): 1} == expected(storage)
+    # As a server without end keys would leave them: one stale, one missing, one of no partition.
+    wb = WriteBatch(raw_mode=True)
+    wb.put(end_key(2, 0), (2).to_bytes(8, "big"))
+    wb.delete(end_key(3, 2))
+    wb.put(end_key(9, 0), (4).to_bytes(8, "big"))
+    storage._db.write(wb)
+    storage = reopen(storage)
+    try:
+        assert end_keys(storage) == {end_key(2, 0): 5, end_key(3, 2): 1} == expected(storage)
+    finally:
+        storage.close()

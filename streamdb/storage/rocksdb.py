@@ -81,6 +81,10 @@ STORE = b"S"
 META = b"M"
 META_SEQUENCE = META + b"sequence"
 META_FORMAT = META + b"format"
+# A partition's end (next offset), u64, written in the same batch as every append to it: Spark's
+# tasks read it instead of seeking onto the partition's last batch (LogStore.java), a seek that
+# reads that batch's whole block (tens of MB after a large COPY) every micro-batch trigger.
+META_END = META + b"end\x00"
 FORMAT_VERSION = 1
 
 _U64 = struct.Struct(">Q")
@@ -108,6 +112,10 @@ def partition_upper(relation_id: int, partition: int) -> bytes:
 
 def batch_key(relation_id: int, partition: int, first: int, count: int) -> bytes:
     return LOG + _BATCH.pack(relation_id, partition, first, count)
+
+
+def end_key(relation_id: int, partition: int) -> bytes:
+    return META_END + _REL_PART.pack(relation_id, partition)
 
 
 def parse_batch_key(key: bytes) -> tuple[int, int, int, int]:
@@ -294,6 +302,11 @@ class RocksDBStorage(Storage):
 
         # Writer-owned state; other threads only read the ints (atomic in CPython).
         self._next_offsets: dict[int, dict[int, int]] = {}
+        # The partitions' ends as of the last write (before its sync), replaced by each write,
+        # never changed in place: a snapshot answers end_offset from the one it took.
+        self._written_ends: dict[int, dict[int, int]] = {}
+        self._pending_ends: dict[int, dict[int, int]] | None = None  # the group being written's
+        self._snapshot_lock = threading.Lock()
         self._sequence = 0
         self.groups_written = 0
         self.commits_written = 0
@@ -305,6 +318,8 @@ class RocksDBStorage(Storage):
             self._check_format()
             self._sequence = self._recover_sequence()
             self._next_offsets = self._recover_next_offsets()
+            self._written_ends = {rel: dict(parts) for rel, parts in self._next_offsets.items()}
+            self._repair_end_keys()
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, StreamDBError) or not isinstance(exc, Exception):
@@ -370,6 +385,31 @@ class RocksDBStorage(Storage):
         raw = self._db.get(META_SEQUENCE)
         return 0 if raw is None else int(_U64.unpack(raw)[0])
 
+    def _repair_end_keys(self) -> None:
+        """Make every partition's end key say what its log says (a server of an older version,
+        which did not write them, may have appended since), and drop those of no partition."""
+        ends = {end_key(rel, part): nxt for rel, parts in self._next_offsets.items() for part, nxt in parts.items()}
+        wb = WriteBatch(raw_mode=True)
+        stale = 0
+        it = self._db.iter()
+        try:
+            it.seek(META_END)
+            while it.valid() and it.key().startswith(META_END):
+                key = it.key()
+                if key not in ends:
+                    wb.delete(key)
+                    stale += 1
+                elif _U64.unpack(it.value())[0] == ends[key]:
+                    del ends[key]
+                it.next()
+            it.status()
+        finally:
+            del it
+        for key, nxt in ends.items():
+            wb.put(key, _U64.pack(nxt))
+        if stale or ends:
+            self._write_batch(wb)
+
     def _recover_next_offsets(self) -> dict[int, dict[int, int]]:
         """Next offset of every partition: one seek to its last batch, one seek to skip it."""
         offsets: dict[int, dict[int, int]] = {}
@@ -418,10 +458,12 @@ class RocksDBStorage(Storage):
             if self._closed:
                 raise ObjectNotInPrerequisiteState("storage is closed")
             try:
-                it = self._db.iter(ReadOptions())
+                with self._snapshot_lock:  # the iterator and the ends of the same writes
+                    it = self._db.iter(ReadOptions())
+                    ends = self._written_ends
             except Exception as exc:
                 raise storage_error(exc, "take a snapshot") from exc
-            snap = RocksDBSnapshot(it)
+            snap = RocksDBSnapshot(it, ends)
             self._snapshots.add(snap)
             return snap
 
@@ -505,6 +547,7 @@ class RocksDBStorage(Storage):
                 sequence += 1
                 for rel in c.drop_relations:
                     wb.delete_range(log_prefix(rel), log_prefix(rel + 1))
+                    wb.delete_range(end_key(rel, 0), end_key(rel + 1, 0))
                     for store in (state_store(rel), partials_store(rel)):
                         prefix = store_prefix(store)
                         wb.delete_range(prefix, prefix_upper(prefix))
@@ -525,7 +568,10 @@ class RocksDBStorage(Storage):
                 for store, key in c.deletes:
                     wb.delete(store_key(store, _b(key)))
                 results.append(CommitResult(firsts, sequence))
+            for (rel, part), nxt in pending_next.items():
+                wb.put(end_key(rel, part), _U64.pack(nxt))
             wb.put(META_SEQUENCE, _U64.pack(sequence))
+            self._pending_ends = self._ends_after(dropped, pending_next)
             self._write_batch(wb)
         except BaseException as exc:
             # Nothing was assigned: offsets and sequence stay where they were.
@@ -550,14 +596,37 @@ class RocksDBStorage(Storage):
             return None
         return type(failed)(failed.message, sqlstate=failed.sqlstate, detail=failed.detail, hint=failed.hint)
 
+    def _ends_after(self, dropped: set[int], pending_next: dict[tuple[int, int], int]) -> dict[int, dict[int, int]]:
+        """The partitions' ends once this group is written: a new mapping (snapshots keep the
+        one they took), sharing the partitions of the relations it does not change."""
+        if not dropped and not pending_next:
+            return self._written_ends
+        ends = dict(self._written_ends)
+        for rel in dropped:
+            ends.pop(rel, None)
+        changed: dict[int, dict[int, int]] = {}
+        for (rel, part), nxt in pending_next.items():
+            partitions = changed.get(rel)
+            if partitions is None:
+                partitions = changed[rel] = dict(ends.get(rel, {}))
+            partitions[part] = nxt
+        ends.update(changed)
+        return ends
+
     def _write_batch(self, wb: WriteBatch) -> None:
-        """The single durable write (a seam for fault-injection tests)."""
+        """The single durable write (a seam for fault-injection tests). It makes the group's
+        partition ends (`_pending_ends`) the ones snapshots taken after it answer with."""
         if self._write_failure is not None:
             raise InternalError("storage refused the write after an earlier write failure")
         if _TEST_FAULT_FILE:
             _inject_test_fault()
         try:
-            self._db.write(wb, self._write_options)
+            # With the snapshots' lock: a snapshot sees the write and its ends, or neither.
+            with self._snapshot_lock:
+                self._db.write(wb, self._write_options)
+                ends, self._pending_ends = self._pending_ends, None
+                if ends is not None:
+                    self._written_ends = ends
             if self._sync:
                 self._db.flush_wal(True)
         except Exception as exc:
@@ -576,8 +645,11 @@ class RocksDBSnapshot(Snapshot):
     snapshot pins memtables and SST files: keep it short-lived and close it.
     """
 
-    def __init__(self, it: RdictIter) -> None:
+    def __init__(self, it: RdictIter, end_offsets: dict[int, dict[int, int]] | None = None) -> None:
+        """`end_offsets`: every partition's end as of the iterator (the storage's, taken with
+        it); None: each is found by a seek (a secondary instance)."""
         self._it: RdictIter | None = it
+        self._end_offsets = end_offsets
         self._lock = threading.Lock()
         self._owner: object | None = None  # which reader the iterator is positioned for
 
@@ -633,6 +705,12 @@ class RocksDBSnapshot(Snapshot):
         return first + count > start
 
     def end_offset(self, relation_id: int, partition: int) -> int:
+        if self._end_offsets is not None:
+            # Not a seek: seek_for_prev lands on the partition's last batch and reads its whole
+            # block, and a batch of a large COPY or view backfill is one value of tens of MB
+            # (5-47 ms a call on a 10M-row view's log, for SHOW QUERIES, FLUSH and reads).
+            self._iter()  # a closed snapshot answers nothing
+            return self._end_offsets.get(relation_id, {}).get(partition, 0)
         prefix = partition_prefix(relation_id, partition)
         with self._lock, _reading("read the log"):
             it = self._iter()

@@ -13,7 +13,8 @@ import org.rocksdb.RocksIterator;
 /**
  * The server's RocksDB, read as a secondary instance (one per JVM and path): it never writes and
  * catches up with the server's latest commit on demand. Key layout as storage/rocksdb.py writes
- * it: "L" | relation u64 | partition u32 | first offset u64 | count u64 -> one Arrow IPC batch.
+ * it: "L" | relation u64 | partition u32 | first offset u64 | count u64 -> one Arrow IPC batch,
+ * and "Mend\0" | relation u64 | partition u32 -> the partition's end (u64), in the same write.
  */
 final class LogStore {
   private static final Map<String, LogStore> OPEN = new HashMap<>();
@@ -51,8 +52,22 @@ final class LogStore {
     return ByteBuffer.allocate(13).put((byte) 'L').putLong(relation).putInt(partition).array();
   }
 
+  private static final byte[] END_KEY = {'M', 'e', 'n', 'd', 0};
+
   /** The next offset to be written in this log partition (0 if empty). */
   long endOffset(long relation, int partition) {
+    // The end key, a small value: seeking onto the partition's last batch instead reads that
+    // batch's whole block (tens of MB after a large COPY), at every micro-batch trigger.
+    byte[] endKey = ByteBuffer.allocate(END_KEY.length + 12).put(END_KEY).putLong(relation).putInt(partition).array();
+    try {
+      byte[] end = db.get(endKey);
+      if (end != null && end.length == 8) {
+        return ByteBuffer.wrap(end).getLong();
+      }
+    } catch (RocksDBException e) {
+      throw new IllegalStateException("cannot read the log's end: " + e.getMessage(), e);
+    }
+    // No end key: the partition is empty (or written by a server before end keys).
     byte[] prefix = prefix(relation, partition);
     byte[] last = Arrays.copyOf(prefix, prefix.length + 16);
     Arrays.fill(last, prefix.length, last.length, (byte) 0xff);
