@@ -333,12 +333,12 @@ class PipelineManager:
             del self._running[depth]
         log.info("pipeline %s: stopped in %.0f ms", name, (time.monotonic() - t0) * 1000)
         if not views:
-            # Its last view was dropped (or its push query ended): every entry of its state store
-            # is a dropped operator's, so the state goes with the checkpoint. The next view of this
-            # depth starts a fresh pipeline, as the first one did.
-            shutil.rmtree(self._checkpoint(depth), ignore_errors=True)
-            self.engine.storage.commit(Commit(deletes=[(META, _state_rows_key(depth))]))
-            log.info("pipeline %s: no views left, its checkpoint and state removed", name)
+            if depth >= PUSH_PIPELINES:  # its push query ended: its state goes with its checkpoint
+                shutil.rmtree(self._checkpoint(depth), ignore_errors=True)
+                self.engine.storage.commit(Commit(deletes=[(META, _state_rows_key(depth))]))
+            # A depth's checkpoint stays when its last view is dropped: removing it raced with the
+            # stopped query's state stores, and the next fresh pipeline at the same path then met
+            # their files (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY; docs/views.md, What is left).
             return
         engine = self.engine
         checkpoint = self._checkpoint(depth)
