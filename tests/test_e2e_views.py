@@ -1001,6 +1001,33 @@ def test_state_rows_metric_counts_the_join_state_through_deletes_and_kill_9(fres
         conn.execute("FLUSH")
         assert conn.execute("SELECT count(*) FROM lr").fetchone() == (0,)
         assert _pipeline_state_rows(fresh_server) == {"depth-1": 0.0}
+        # The depth's last view dropped: its pipeline's checkpoint and state store go with it, and
+        # the next view of that depth starts a pipeline at a path of its own, from its inputs.
+        conn.execute("INSERT INTO l VALUES (1, 1, 'a'), (2, 2, 'b')")
+        conn.execute("INSERT INTO r VALUES (1, 1, 'x')")
+        conn.execute("FLUSH")
+        pipelines = fresh_server.data_dir / "spark" / "pipelines"
+        assert (pipelines / "depth-1" / "state").is_dir()
+        conn.execute("DROP MATERIALIZED VIEW lr")
+        deadline = time.monotonic() + 60
+        while (pipelines / "depth-1").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not (pipelines / "depth-1").exists()
+        assert _pipeline_state_rows(fresh_server) == {}
+        for name in ("lr2", "lr3"):  # again once the next generation's view is dropped too
+            conn.execute(f"CREATE MATERIALIZED VIEW {name} AS SELECT l.id, l.v, r.w FROM l JOIN r ON l.k = r.k")
+            conn.execute("FLUSH")
+            assert conn.execute(f"SELECT id, v, w FROM {name}").fetchall() == [(1, "a", "x")]
+            assert conn.execute(f"SELECT id, v, w FROM {name}").fetchall() == conn.execute(
+                "SELECT l.id, l.v, r.w FROM l JOIN r ON l.k = r.k").fetchall()
+            assert _pipeline_state_rows(fresh_server)["depth-1"] > 0
+            conn.execute(f"DROP MATERIALIZED VIEW {name}")
+        conn.execute("CREATE MATERIALIZED VIEW lr4 AS SELECT l.id, l.v, r.w FROM l JOIN r ON l.k = r.k")
+        conn.execute("FLUSH")
+        assert conn.execute("SELECT id, v, w FROM lr4").fetchall() == [(1, "a", "x")]
+        # Its pipeline runs in a later generation's directory; the first one's is gone for good.
+        assert any(d.name.startswith("depth-1.") and (d / "state").is_dir() for d in pipelines.iterdir())
+        assert not (pipelines / "depth-1").exists()
 
 
 def test_a_view_spark_cannot_run_says_why(fresh_server):

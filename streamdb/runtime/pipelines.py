@@ -180,6 +180,11 @@ def _state_rows_key(depth: int) -> bytes:
     return f"pipeline-state-rows:{depth}".encode()
 
 
+def _checkpoint_generation_key(depth: int) -> bytes:
+    """How many times the depth's pipeline lost its last view (its checkpoint's path suffix)."""
+    return f"pipeline-checkpoint-generation:{depth}".encode()
+
+
 # Pipelines are keyed by their views' depth, but a push query's view (transient_views.py) runs
 # in a pipeline of its own, keyed from here on: starting it restarts no one else's pipeline, and
 # its operator state goes with its checkpoint when the push query ends (a dropped view's state
@@ -333,12 +338,18 @@ class PipelineManager:
             del self._running[depth]
         log.info("pipeline %s: stopped in %.0f ms", name, (time.monotonic() - t0) * 1000)
         if not views:
-            if depth >= PUSH_PIPELINES:  # its push query ended: its state goes with its checkpoint
-                shutil.rmtree(self._checkpoint(depth), ignore_errors=True)
-                self.engine.storage.commit(Commit(deletes=[(META, _state_rows_key(depth))]))
-            # A depth's checkpoint stays when its last view is dropped: removing it raced with the
-            # stopped query's state stores, and the next fresh pipeline at the same path then met
-            # their files (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY; docs/views.md, What is left).
+            # Its last view was dropped (or its push query ended): every entry of its state store is a
+            # dropped operator's, so the state goes with the checkpoint. The stopped query's state
+            # stores may still write into that directory for a while, so the depth's next pipeline
+            # starts at a path of its own (a new generation), never at this one.
+            old = self._checkpoint(depth)
+            commit = Commit(deletes=[(META, _state_rows_key(depth))])
+            if depth < PUSH_PIPELINES:
+                commit.puts.append((META, _checkpoint_generation_key(depth),
+                                    str(self._checkpoint_generation(depth) + 1).encode()))
+            self.engine.storage.commit(commit)
+            shutil.rmtree(old, ignore_errors=True)
+            log.info("pipeline %s: no views left, its checkpoint and state removed", name)
             return
         engine = self.engine
         checkpoint = self._checkpoint(depth)
@@ -472,7 +483,13 @@ class PipelineManager:
         return base
 
     def _checkpoint(self, depth: int) -> Path:
-        return self._checkpoints() / pipeline_name(depth)
+        generation = self._checkpoint_generation(depth) if depth < PUSH_PIPELINES else 0
+        return self._checkpoints() / (pipeline_name(depth) + (f".{generation}" if generation else ""))
+
+    def _checkpoint_generation(self, depth: int) -> int:
+        with self.engine.storage.snapshot() as snap:
+            raw = snap.get(META, _checkpoint_generation_key(depth))
+        return int(raw) if raw is not None else 0
 
     def _checkpoints(self) -> Path:
         return Path(self.engine.settings.data_dir) / "spark" / "pipelines"
