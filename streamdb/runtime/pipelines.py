@@ -342,11 +342,11 @@ class PipelineManager:
             # dropped operator's, so the state goes with the checkpoint. The stopped query's state
             # stores may still write into that directory for a while, so the depth's next pipeline
             # starts at a path of its own (a new generation), never at this one.
-            old = self._checkpoint(depth)
+            generation = self._checkpoint_generation(depth)
+            old = self._checkpoint(depth, generation)
             commit = Commit(deletes=[(META, _state_rows_key(depth))])
             if depth < PUSH_PIPELINES:
-                commit.puts.append((META, _checkpoint_generation_key(depth),
-                                    str(self._checkpoint_generation(depth) + 1).encode()))
+                commit.puts.append((META, _checkpoint_generation_key(depth), str(generation + 1).encode()))
             self.engine.storage.commit(commit)
             shutil.rmtree(old, ignore_errors=True)
             log.info("pipeline %s: no views left, its checkpoint and state removed", name)
@@ -482,11 +482,15 @@ class PipelineManager:
         commit.puts.append((META, NEXT_OPS_KEY, str(self._next_ops).encode()))
         return base
 
-    def _checkpoint(self, depth: int) -> Path:
-        generation = self._checkpoint_generation(depth) if depth < PUSH_PIPELINES else 0
+    def _checkpoint(self, depth: int, generation: int | None = None) -> Path:
+        if generation is None:
+            generation = self._checkpoint_generation(depth)
         return self._checkpoints() / (pipeline_name(depth) + (f".{generation}" if generation else ""))
 
     def _checkpoint_generation(self, depth: int) -> int:
+        """0 for a push query's pipeline: its path is never reused."""
+        if depth >= PUSH_PIPELINES:
+            return 0
         with self.engine.storage.snapshot() as snap:
             raw = snap.get(META, _checkpoint_generation_key(depth))
         return int(raw) if raw is not None else 0

@@ -301,9 +301,11 @@ class RocksDBStorage(Storage):
         self._write_options.sync = False  # synced by flush_wal, outside the GIL (module docstring)
 
         # Writer-owned state; other threads only read the ints (atomic in CPython).
+        # The partitions' ends, as of the last durable write (_next_offsets) and as of the last
+        # write before its sync (_written_ends). Each group replaces them with one new mapping
+        # (_ends_after), never changing one in place: a snapshot answers end_offset from the one
+        # it took.
         self._next_offsets: dict[int, dict[int, int]] = {}
-        # The partitions' ends as of the last write (before its sync), replaced by each write,
-        # never changed in place: a snapshot answers end_offset from the one it took.
         self._written_ends: dict[int, dict[int, int]] = {}
         self._pending_ends: dict[int, dict[int, int]] | None = None  # the group being written's
         self._snapshot_lock = threading.Lock()
@@ -318,7 +320,7 @@ class RocksDBStorage(Storage):
             self._check_format()
             self._sequence = self._recover_sequence()
             self._next_offsets = self._recover_next_offsets()
-            self._written_ends = {rel: dict(parts) for rel, parts in self._next_offsets.items()}
+            self._written_ends = self._next_offsets
             self._repair_end_keys()
         except BaseException as exc:
             self._db.close()
@@ -571,7 +573,7 @@ class RocksDBStorage(Storage):
             for (rel, part), nxt in pending_next.items():
                 wb.put(end_key(rel, part), _U64.pack(nxt))
             wb.put(META_SEQUENCE, _U64.pack(sequence))
-            self._pending_ends = self._ends_after(dropped, pending_next)
+            ends = self._pending_ends = self._ends_after(dropped, pending_next)
             self._write_batch(wb)
         except BaseException as exc:
             # Nothing was assigned: offsets and sequence stay where they were.
@@ -579,10 +581,7 @@ class RocksDBStorage(Storage):
                 p.future.set_exception(self._after_write_failure() or storage_error(exc, "commit"))
             return
         # Durable: publish the new offsets, then acknowledge.
-        for rel in dropped:
-            self._next_offsets.pop(rel, None)
-        for (rel, part), nxt in pending_next.items():
-            self._next_offsets.setdefault(rel, {})[part] = nxt
+        self._next_offsets = ends
         self._sequence = sequence
         self.groups_written += 1
         self.commits_written += len(group)
@@ -600,8 +599,8 @@ class RocksDBStorage(Storage):
         """The partitions' ends once this group is written: a new mapping (snapshots keep the
         one they took), sharing the partitions of the relations it does not change."""
         if not dropped and not pending_next:
-            return self._written_ends
-        ends = dict(self._written_ends)
+            return self._next_offsets
+        ends = dict(self._next_offsets)
         for rel in dropped:
             ends.pop(rel, None)
         changed: dict[int, dict[int, int]] = {}
