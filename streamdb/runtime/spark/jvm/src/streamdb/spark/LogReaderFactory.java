@@ -54,7 +54,56 @@ final class LogReaderFactory implements PartitionReaderFactory {
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
     JsonNode plan = LogProvider.plan(Map.of("plan", planText));
-    return new Reader(plan, (StructType) DataType.fromJson(schemaJson), (LogPartition) partition);
+    StructType schema = (StructType) DataType.fromJson(schemaJson);
+    if (partition instanceof LogGroup) {
+      return new GroupReader(plan, schema, ((LogGroup) partition).parts);
+    }
+    return new Reader(plan, schema, (LogPartition) partition);
+  }
+
+  /** The partitions of a LogGroup one after another, each opened when the one before is done. */
+  static final class GroupReader implements PartitionReader<ColumnarBatch> {
+    private final JsonNode plan;
+    private final StructType schema;
+    private final LogPartition[] parts;
+    private int next;
+    private Reader current;
+
+    GroupReader(JsonNode plan, StructType schema, LogPartition[] parts) {
+      this.plan = plan;
+      this.schema = schema;
+      this.parts = parts;
+    }
+
+    @Override
+    public boolean next() throws java.io.IOException {
+      while (true) {
+        if (current != null && current.next()) {
+          return true;
+        }
+        if (current != null) {
+          current.close();
+          current = null;
+        }
+        if (next == parts.length) {
+          return false;
+        }
+        current = new Reader(plan, schema, parts[next++]);
+      }
+    }
+
+    @Override
+    public ColumnarBatch get() {
+      return current.get();
+    }
+
+    @Override
+    public void close() throws java.io.IOException {
+      if (current != null) {
+        current.close();
+        current = null;
+      }
+    }
   }
 
   static final class Reader implements PartitionReader<ColumnarBatch> {

@@ -237,7 +237,7 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
   public InputPartition[] planInputPartitions(Offset startOffset, Offset endOffset) {
     ObjectNode start = ((LogOffset) startOffset).value;
     ObjectNode end = ((LogOffset) endOffset).value;
-    List<InputPartition> out = new ArrayList<>();
+    List<LogPartition> out = new ArrayList<>();
     Map<String, long[]> floors = floors(end.path("views"));
     for (Iterator<Map.Entry<String, JsonNode>> it = end.path("rels").fields(); it.hasNext(); ) {
       Map.Entry<String, JsonNode> e = it.next();
@@ -273,10 +273,10 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
         }
       }
     }
-    return out.toArray(new InputPartition[0]);
+    return LogGroup.of(out);
   }
 
-  private static void chunks(List<InputPartition> out, int rid, int part, long lo, long hi, Integer tag) {
+  private static void chunks(List<LogPartition> out, int rid, int part, long lo, long hi, Integer tag) {
     while (lo < hi) {
       out.add(new LogPartition(rid, part, lo, Math.min(hi, lo + CHUNK), tag));
       lo += CHUNK;
