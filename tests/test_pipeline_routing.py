@@ -3,7 +3,7 @@ the test of its rows' source, which groups the arms so a row tests only its sour
 
 from __future__ import annotations
 
-from streamdb.runtime.spark.pipeline import _guarded, _guarded_overflows, _source_test
+from streamdb.runtime.spark.pipeline import _cannot_fail, _guarded, _guarded_overflows, _source_test
 
 
 def test_source_tests_are_found_as_leading_conjuncts() -> None:
@@ -19,6 +19,24 @@ def test_conditions_without_a_leading_source_test_are_not_grouped() -> None:
     assert _source_test("op = 170x") is None
     assert _source_test("(x = 1 AND op = 2)") is None
     assert _source_test("opt = 2") is None
+
+
+def test_only_fields_that_cannot_fail_are_computed_once_for_every_arm() -> None:
+    """Record fields shared by several arms are computed before the explode, outside the arms'
+    conditions (`_hoist_shared`): only what no row can make raise."""
+    key = ("to_json(named_struct('k0', `r1_1`, 'k1', `__d0`.`k0`), map('ignoreNullFields', 'false', "
+           "'dateFormat', 'yyyy-MM-dd'))")
+    assert _cannot_fail(key)
+    assert _cannot_fail("array(CAST((`r1_2`) AS STRING), CAST(-1.5 AS STRING), NULL)")
+    assert _cannot_fail("'it''s (not) a / call'")
+    assert not _cannot_fail("CAST(`r1_2` AS INT)")  # a string that is no number
+    assert not _cannot_fail("CAST(`r1_2` AS DECIMAL(10,2))")
+    assert not _cannot_fail("array(CAST((`a` / `b`) AS STRING))")
+    assert not _cannot_fail("to_json(named_struct('k0', unix_micros(`r1_3`)))")
+    assert not _cannot_fail("`a` - 1")
+    assert not _cannot_fail("`a` -1")  # a subtraction, however spaced
+    assert not _cannot_fail("array(CAST((`a`-1) AS STRING))")
+    assert not _cannot_fail("CAST(`x` AS")
 
 
 def _guarded_sql(sql: str) -> list[str]:

@@ -470,15 +470,24 @@ class _Compiler:
         typed = [n for n in names if n in types] if whole else []
         untyped = [n for n in names if n not in typed]
 
-        def record(i: int, a: _Arm) -> str:
+        def record(i: int, a: _Arm, test: str | None) -> str:
             if not whole:
                 return f"CASE WHEN {a.cond} THEN {i} END"
             fields = [f"'__arm', {i}"] if untyped else []
             fields += [f"'{n}', CAST({a.fields.get(n, 'NULL')} AS {types[n]})" for n in typed]
+            if a.cond in (test, f"({test})"):
+                return f"named_struct({', '.join(fields)})"  # the dispatch's test is the arm's whole condition
             return f"CASE WHEN {a.cond} THEN named_struct({', '.join(fields)}) END"
 
-        def chosen(idx: list[int]) -> str:
-            return f"filter(array({', '.join(record(i, arms[i]) for i in idx)}), r -> r IS NOT NULL)"
+        def chosen(idx: list[int], test: str | None = None) -> str:
+            """The records of the arms `idx` a row takes. `test`: the rows reaching here passed it
+            (the dispatch below), so an arm whose condition it is always takes them: no CASE to
+            evaluate, and with only such arms no NULLs to filter out (above a layer, an operator
+            feeding one arm is most of them: a view's sink)."""
+            records = [record(i, arms[i], test) for i in idx]
+            if test is not None and all(arms[i].cond in (test, f"({test})") for i in idx):
+                return f"array({', '.join(records)})"
+            return f"filter(array({', '.join(records)}), r -> r IS NOT NULL)"
 
         # With many arms, dispatch on where a row comes from first (its relation, or the operator
         # that emitted it): a row then tests only the arms fed by its source, not every view's.
@@ -487,10 +496,12 @@ class _Compiler:
         groups: dict[str | None, list[int]] = {}
         for i, a in enumerate(arms):
             groups.setdefault(_source_test(a.cond) if whole else None, []).append(i)
+        if whole:
+            frame = _hoist_shared(frame, arms, groups, typed)
         if None in groups or len(groups) == 1:
             records = chosen(list(range(len(arms))))
         else:
-            records = "CASE " + " ".join(f"WHEN {d} THEN {chosen(idx)}" for d, idx in groups.items()) + " END"
+            records = "CASE " + " ".join(f"WHEN {d} THEN {chosen(idx, d)}" for d, idx in groups.items()) + " END"
         routed = select(frame, ["*", ("__r", f"explode({records})")])
         out: list[str | tuple[str, str]] = []
         for name in names:
@@ -890,6 +901,60 @@ _CONDITIONAL = (exp.Case, exp.If, exp.Coalesce, exp.And, exp.Or, exp.Nullif)
 
 
 _SOURCE_TEST = re.compile(r"\(?((?:__rel|op) = -?\d+)(?: AND |\)|$)")
+
+
+def _hoist_shared(frame: DataFrame, arms: list[_Arm], groups: dict[str | None, list[int]],
+                  fields: list[str]) -> DataFrame:
+    """Record fields several arms compute alike (the group key's JSON of every view grouping a
+    stream by the same column, an aggregate's argument), computed once per row in a column of
+    their own, before the explode, which the arms then read: one `to_json` per row instead of
+    one per view, and a plan (analyzed, optimized and serialized into every task each batch)
+    without the copies. Behind the dispatch's test where there is one, so a row computes only
+    its source's. Only expressions that cannot fail (`_cannot_fail`): an arm's condition no
+    longer guards them."""
+    dispatched = None not in groups and len(groups) > 1
+    test_of = {i: d if dispatched else None for d, idx in groups.items() for i in idx}
+    uses: dict[tuple[str | None, str], int] = {}
+    for i, a in enumerate(arms):
+        for n in fields:
+            e = a.fields.get(n)
+            if e is not None and len(e) > 24 and _cannot_fail(e):
+                uses[(test_of[i], e)] = uses.get((test_of[i], e), 0) + 1
+    shared = {key: f"__h{j}" for j, key in enumerate(k for k, c in uses.items() if c > 1)}
+    if not shared:
+        return frame
+    for i, a in enumerate(arms):
+        for n in fields:
+            name = shared.get((test_of[i], a.fields.get(n, "")))
+            if name is not None:
+                a.fields[n] = name
+    return select(frame, ["*", *((name, f"CASE WHEN {d} THEN {e} END" if d else e)
+                                 for (d, e), name in shared.items())])
+
+
+_TOKEN = re.compile(r"\s+|`(?:[^`]|``)*`|'(?:[^'\\]|\\.)*'|-?\d+(?:\.\d+)?|[A-Za-z_][A-Za-z_0-9]*|[(),.]|.")
+_SAFE_CALLS = {"to_json", "named_struct", "map", "array", "cast"}
+
+
+def _cannot_fail(e: str) -> bool:
+    """Whether the Spark SQL `e` is built only of columns, literals, to_json, named_struct, map,
+    array and casts to STRING: nothing that can raise, whatever the row."""
+    tokens = [t for t in _TOKEN.findall(e) if not t.isspace()]
+    for i, t in enumerate(tokens):
+        if t[0] in "`'(),." or t[0].isdigit():
+            continue
+        if t[0] == "-" and t[1:2].isdigit() and (i == 0 or tokens[i - 1] in ("(", ",")):
+            continue  # a negative literal, not a subtraction
+        if not (t[0].isalpha() or t[0] == "_"):
+            return False  # an operator
+        low = t.lower()
+        if i + 1 < len(tokens) and tokens[i + 1] == "(":
+            if low not in _SAFE_CALLS:
+                return False
+        elif low == "as":
+            if i + 1 >= len(tokens) or tokens[i + 1].lower() != "string":
+                return False
+    return True
 
 
 def _source_test(cond: str) -> str | None:
