@@ -37,6 +37,10 @@ def test_only_fields_that_cannot_fail_are_computed_once_for_every_arm() -> None:
     assert not _cannot_fail("`a` -1")  # a subtraction, however spaced
     assert not _cannot_fail("array(CAST((`a`-1) AS STRING))")
     assert not _cannot_fail("CAST(`x` AS")
+    # word operators: PostgreSQL's integer division is Spark's DIV, which raises on a zero
+    assert not _cannot_fail("to_json(named_struct('k0', `a` DIV `b`))")
+    assert not _cannot_fail("array(CAST(`s` RLIKE `p` AS STRING))")
+    assert not _cannot_fail("array(CAST(x AS STRING))")  # a bare name: only quoted columns
 
 
 def _guarded_sql(sql: str) -> list[str]:

@@ -937,23 +937,22 @@ _SAFE_CALLS = {"to_json", "named_struct", "map", "array", "cast"}
 
 
 def _cannot_fail(e: str) -> bool:
-    """Whether the Spark SQL `e` is built only of columns, literals, to_json, named_struct, map,
-    array and casts to STRING: nothing that can raise, whatever the row."""
+    """Whether the Spark SQL `e` is built only of quoted columns, literals, to_json,
+    named_struct, map, array and casts to STRING: nothing that can raise, whatever the row. Any
+    other word is refused, keywords that are operators (`DIV`, `RLIKE`) among them."""
     tokens = [t for t in _TOKEN.findall(e) if not t.isspace()]
     for i, t in enumerate(tokens):
         if t[0] in "`'(),." or t[0].isdigit():
             continue
         if t[0] == "-" and t[1:2].isdigit() and (i == 0 or tokens[i - 1] in ("(", ",")):
             continue  # a negative literal, not a subtraction
-        if not (t[0].isalpha() or t[0] == "_"):
-            return False  # an operator
         low = t.lower()
-        if i + 1 < len(tokens) and tokens[i + 1] == "(":
-            if low not in _SAFE_CALLS:
-                return False
-        elif low == "as":
-            if i + 1 >= len(tokens) or tokens[i + 1].lower() != "string":
-                return False
+        following = tokens[i + 1].lower() if i + 1 < len(tokens) else ""
+        if low in _SAFE_CALLS and following == "(" or low in ("null", "true", "false"):
+            continue
+        if low == "as" and following == "string" or low == "string" and i and tokens[i - 1].lower() == "as":
+            continue
+        return False  # an operator, a bare name, another function or type
     return True
 
 
