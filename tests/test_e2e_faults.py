@@ -43,6 +43,7 @@ def test_kill_9_cycles_lose_nothing_duplicate_nothing_and_views_converge(fresh_s
     assert figures.duplicates == 0, summary
     assert figures.table_mismatches == 0, summary
     assert figures.views_not_converged == 0, summary
+    assert figures.view_counts_wrong == [], summary
     assert all(n > 0 for n in figures.view_rows.values()), summary  # closed windows too: event time runs 20x the clock
     assert len(figures.converge_seconds) == 3 and max(figures.converge_seconds) < 60
     # Then the Spark JVM dies under the running server: it starts a new one, the pipelines restart

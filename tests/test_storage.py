@@ -12,6 +12,7 @@ import textwrap
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -498,8 +499,10 @@ def test_drop_relations(storage: RocksDBStorage) -> None:
     storage.close()
 
 
-def test_drop_then_append_within_one_group(storage: RocksDBStorage, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage.commit(Commit(appends=[Append(5, 0, b"old", 4)]))
+def hold_the_writer(storage: RocksDBStorage, monkeypatch: pytest.MonkeyPatch) -> tuple[Future[CommitResult],
+                                                                                     threading.Event]:
+    """Blocks the writer thread inside a write until the returned event is set, so the commits
+    submitted meanwhile are written as one group; also returns the blocking commit's future."""
     entered, release = threading.Event(), threading.Event()
     real_write = storage._write_batch
 
@@ -512,6 +515,12 @@ def test_drop_then_append_within_one_group(storage: RocksDBStorage, monkeypatch:
     monkeypatch.setattr(storage, "_write_batch", gate)
     blocker = storage._submit(Commit())
     assert entered.wait(10)
+    return blocker, release
+
+
+def test_drop_then_append_within_one_group(storage: RocksDBStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage.commit(Commit(appends=[Append(5, 0, b"old", 4)]))
+    blocker, release = hold_the_writer(storage, monkeypatch)
     f1 = storage._submit(Commit(appends=[Append(5, 0, b"x", 1)]))
     f2 = storage._submit(Commit(drop_relations=[5]))
     f3 = storage._submit(Commit(appends=[Append(5, 0, b"y", 2)]))
@@ -846,5 +855,57 @@ def test_end_keys_follow_every_partition_through_drops_and_an_older_server(stora
     storage = reopen(storage)
     try:
         assert end_keys(storage) == {end_key(2, 0): 5, end_key(3, 2): 1} == expected(storage)
+    finally:
+        storage.close()
+
+
+def test_weight_sums_follow_the_appends_that_carry_weights(storage: RocksDBStorage,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition's running weight sum (what a view's row count starts from) moves with every
+    append that carries `weights`, in the append's own write, within a group too; an append
+    without weights leaves it behind the partition's end (still true of the offsets it names),
+    and it never starts again past offset 0; a drop clears it; a reopen keeps it, and drops one
+    past its partition's end."""
+    from streamdb.storage.rocksdb import _WSUM, WriteBatch, weight_sum_key
+
+    def kept(s: RocksDBStorage, rel: int, part: int = 0) -> tuple[int, int] | None:
+        with s.snapshot() as snap:
+            return snap.weight_sum(rel, part)
+
+    storage.commit(Commit(appends=[Append(1, 0, b"a", 3, weights=3), Append(1, 1, b"b", 2, weights=-2),
+                                   Append(2, 0, b"s", 5)]))
+    assert (kept(storage, 1), kept(storage, 1, 1), kept(storage, 2)) == ((3, 3), (2, -2), None)
+    with storage.snapshot() as before:
+        storage.commit(Commit(appends=[Append(1, 0, b"c", 4, weights=1), Append(1, 0, b"d", 1, weights=-1)]))
+        assert before.weight_sum(1, 0) == (3, 3)  # a snapshot sees the sum of its own log
+    assert kept(storage, 1) == (8, 3)
+
+    # Three commits in one group: the sum moves within it, and a weightless append stops it.
+    blocker, release = hold_the_writer(storage, monkeypatch)
+    f1 = storage._submit(Commit(appends=[Append(1, 0, b"e", 2, weights=2)]))
+    f2 = storage._submit(Commit(appends=[Append(1, 1, b"f", 1)]))
+    f3 = storage._submit(Commit(appends=[Append(1, 1, b"g", 1, weights=1)]))
+    release.set()
+    for f in (blocker, f1, f2, f3):
+        f.result(10)
+    monkeypatch.undo()
+    assert kept(storage, 1) == (10, 5)
+    assert kept(storage, 1, 1) == (2, -2)  # behind the end (4): the records after it are counted by reading
+    storage.commit(Commit(appends=[Append(1, 1, b"h", 1, weights=1)]))
+    assert kept(storage, 1, 1) == (2, -2)
+
+    storage.commit(Commit(drop_relations=[1], appends=[Append(1, 0, b"i", 2, weights=2)]))
+    assert (kept(storage, 1), kept(storage, 1, 1)) == ((2, 2), None)
+    storage.commit(Commit(appends=[Append(3, 0, b"j", 1, weights=1)]))
+    wb = WriteBatch(raw_mode=True)  # as if written by hand past its partition's end
+    wb.put(weight_sum_key(3, 0), _WSUM.pack(9, 9))
+    storage._db.write(wb)
+    storage = reopen(storage)
+    try:
+        assert (kept(storage, 1), kept(storage, 3)) == ((2, 2), None)
+        storage.commit(Commit(appends=[Append(1, 0, b"k", 1, weights=-1)]))
+        assert kept(storage, 1) == (3, 1)
+        with pytest.raises(InternalError, match="weight sum"):
+            storage.commit(Commit(appends=[Append(1, 0, b"l", 1, weights=1 << 63)]))
     finally:
         storage.close()

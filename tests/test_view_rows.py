@@ -3,6 +3,7 @@ row keys in the view's stored multiset, as the row-by-row conversion they replac
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import uuid
@@ -114,6 +115,57 @@ def test_view_row_count_follows_its_change_log(tmp_path) -> None:
                     assert counted == reader.read_state(view, snap).num_rows
             expected = sum(sum(w.values()) for w in changes[:i + 1])
             assert counted == expected
+    finally:
+        storage.close()
+
+
+def test_a_view_row_count_after_a_restart_reads_only_what_the_storage_has_not_summed(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a restart (no count in memory) a view's row count comes from the storage's running
+    weight sum, kept with each commit of its changes: no log read. Changes appended without
+    weights (as a server of an older version did) are read, and only they."""
+    from collections import Counter
+
+    from streamdb.runtime.reader import RelationReader
+    from streamdb.runtime.views import stage_changes
+    from streamdb.storage import Commit
+    from streamdb.storage.rocksdb import RocksDBSnapshot, RocksDBStorage
+
+    view = RelationDef(id=7, name="v", kind="materialized_view",
+                       columns=(ColumnDef("k", T.TEXT), ColumnDef("n", T.BIGINT)))
+    now = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    path = str(tmp_path / "db")
+    storage = RocksDBStorage(path)
+    for weights in (Counter({("a", 1): 2, ("b", 2): 1}), Counter({("a", 1): -1, ("c", 3): 3})):
+        with storage.snapshot() as snap:
+            commit = Commit()
+            stage_changes(view, snap, weights, commit, now)
+        storage.commit(commit)
+    storage.close()
+
+    read: list[tuple[int, int]] = []
+    real_read = RocksDBSnapshot.read
+
+    def spy(self, relation_id, partition, start=0, end=None):  # noqa: ANN001, ANN202
+        read.append((start, end))
+        return real_read(self, relation_id, partition, start, end)
+
+    monkeypatch.setattr(RocksDBSnapshot, "read", spy)
+    storage = RocksDBStorage(path)
+    try:
+        with storage.snapshot() as snap:
+            assert RelationReader(storage).row_count(view, snap) == 5
+        assert read == []
+        # An older server's append: no weights, so the sum stays at offset 4 and the rest is read.
+        with storage.snapshot() as snap:
+            commit = Commit()
+            stage_changes(view, snap, Counter({("d", 4): 2}), commit, now)
+        storage.commit(Commit(appends=[dataclasses.replace(a, weights=None) for a in commit.appends],
+                              puts=commit.puts))
+        with storage.snapshot() as snap:
+            assert snap.weight_sum(view.id, 0) == (4, 5)
+            assert RelationReader(storage).row_count(view, snap) == 7
+        assert read == [(4, 5)]
     finally:
         storage.close()
 

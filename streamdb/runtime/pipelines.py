@@ -563,7 +563,7 @@ class PipelineManager:
         appended = 0
         if rows:
             payload = C.encode_batch(view, rows, [now] * len(rows), counts, keys)
-            commit.appends.append(Append(view.id, 0, payload, len(rows)))
+            commit.appends.append(Append(view.id, 0, payload, len(rows), weights=sum(counts)))
             appended += len(rows)
         if state is not None and state.log_from is not None:
             start, end = state.log_from, snap.end_offset(view.id, 0)
@@ -572,7 +572,8 @@ class PipelineManager:
                 batch = batch.set_column(batch.schema.get_field_index(C.WEIGHT), C.WEIGHT, weights)
                 batch = batch.set_column(batch.schema.get_field_index(C.ROWTIME), C.ROWTIME,
                                          pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), batch.num_rows))
-                commit.appends.append(Append(view.id, 0, C.encode_table(batch), batch.num_rows))
+                commit.appends.append(Append(view.id, 0, C.encode_table(batch), batch.num_rows,
+                                             weights=pc.sum(weights).as_py() or 0))
                 appended += batch.num_rows
         return appended
 
@@ -778,7 +779,8 @@ class PipelineManager:
             return 0
         batch = self.maintainer.log_batch(table, view, now)
         if batch.num_rows:
-            commit.appends.append(Append(view.id, 0, C.encode_table(batch), batch.num_rows))
+            weights = pc.sum(batch.column(C.WEIGHT)).as_py() or 0
+            commit.appends.append(Append(view.id, 0, C.encode_table(batch), batch.num_rows, weights=weights))
         return batch.num_rows
 
     def _weights(self, view: RelationDef, table: pa.Table | None) -> Counter[tuple[Any, ...]]:

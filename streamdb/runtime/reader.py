@@ -110,7 +110,7 @@ class RelationReader:
         self._lock = threading.Lock()
         self._partitions: dict[tuple[int, int], _PartitionCache] = {}
         self._tables: dict[int, tuple[tuple[int, ...], pa.Table]] = {}
-        self._counts: dict[int, tuple[tuple[int, ...], int]] = {}  # view: (offsets, rows) (row_count)
+        self._counts: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # view: (offsets, rows per partition)
         # Hash indexes for point lookups, by (relation, key columns): the cached table they
         # index and key -> row positions in it.
         self._indexes: dict[tuple[int, tuple[str, ...]], KeyIndex] = {}
@@ -140,23 +140,32 @@ class RelationReader:
         return self.read_state(rel, snap).num_rows
 
     def _view_row_count(self, rel: RelationDef, snap: Snapshot) -> int:
-        """The sum of the weights in the view's change log, kept per view and brought up to date by
-        reading only the weights of the changes since: counting (SHOW QUERIES) neither builds nor
-        keeps the view's rows in memory (it did, O(view) per view, for a client polling it)."""
+        """The sum of the weights in the view's change log, per partition from the furthest of
+        the storage's running sum (`Snapshot.weight_sum`, kept with the view's commits) and this
+        process's last count, reading only the weights of the changes after it: counting (SHOW
+        QUERIES, count(*)) neither builds nor keeps the view's rows in memory (it did, O(view)
+        per view, for a client polling it), nor reads a log the storage has summed already (after
+        a restart, or a backfill of millions of rows)."""
         offsets = self.end_offsets(rel, snap)
         with self._lock:
             cached = self._tables.get(rel.id)
             if cached is not None and cached[0] == offsets:
                 return cached[1].num_rows
-            done, total = self._counts.get(rel.id, ((0,) * len(offsets), 0))
+            done, totals = self._counts.get(rel.id, ((0,) * len(offsets), (0,) * len(offsets)))
         if len(done) != len(offsets) or any(d > o for d, o in zip(done, offsets, strict=True)):
-            done, total = (0,) * len(offsets), 0
-        for p, (start, end) in enumerate(zip(done, offsets, strict=True)):
-            for batch in read_log(snap, rel.id, p, start, end):
-                total += pc.sum(batch.column(C.WEIGHT)).as_py() or 0
+            done, totals = (0,) * len(offsets), (0,) * len(offsets)
+        ends, sums = list(done), list(totals)
+        for p, end in enumerate(offsets):
+            kept = snap.weight_sum(rel.id, p)
+            if kept is not None and ends[p] < kept[0] <= end:
+                ends[p], sums[p] = kept
+            if ends[p] == end:
+                continue
+            for batch in read_log(snap, rel.id, p, ends[p], end):
+                sums[p] += pc.sum(batch.column(C.WEIGHT)).as_py() or 0
         with self._lock:
-            self._counts[rel.id] = (offsets, total)
-        return total
+            self._counts[rel.id] = (offsets, tuple(sums))
+        return sum(sums)
 
     # ---- change logs ---------------------------------------------------------------
 

@@ -270,7 +270,7 @@ def stage_changes(view: RelationDef, snap: Any, weights: Counter[tuple[Any, ...]
             commit.puts.append((store, key, C.encode_view_row(row, m)))
     if rows:
         payload = C.encode_batch(view, rows, [rowtime] * len(rows), counts, keys)
-        commit.appends.append(Append(view.id, 0, payload, len(rows)))
+        commit.appends.append(Append(view.id, 0, payload, len(rows), weights=sum(counts)))
     return len(rows)
 
 
@@ -830,7 +830,7 @@ class ViewMaintainer:
         if changes:
             payload = C.encode_batch(view, [c[0] for c in changes], [now] * len(changes),
                                      [c[1] for c in changes], [c[2] for c in changes])
-            commit.appends.append(Append(view.id, 0, payload, len(changes)))
+            commit.appends.append(Append(view.id, 0, payload, len(changes), weights=sum(c[1] for c in changes)))
         epoch = st.epochs + 1
         meta: dict[str, Any] = {"inputs": {str(k): list(v) for k, v in item.offsets.items()}, "epoch": epoch,
                                 "partials": item.aggregate is not None}

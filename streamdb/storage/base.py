@@ -34,6 +34,10 @@ class Append:
     partition: int
     payload: bytes  # one encoded batch of `count` change records
     count: int  # records in the batch; they take offsets [first, first+count)
+    # The sum of the records' weights, when the writer knows it (a view's changes). A storage may
+    # keep a running sum per partition from it (`Snapshot.weight_sum`), so that counting a view's
+    # rows reads no log; an append without it leaves the sum where it was.
+    weights: int | None = None
 
 
 @dataclass
@@ -95,6 +99,12 @@ class Snapshot(ABC):
     def get_many(self, store: str, keys: list[bytes]) -> list[bytes | None]:
         """Values of ``keys`` in ``store`` (None where absent), in the order of ``keys``."""
         return [self.get(store, key) for key in keys]
+
+    def weight_sum(self, relation_id: int, partition: int) -> tuple[int, int] | None:
+        """(end, total): the weights of the partition's records [0, end) add up to ``total``, as
+        kept from the appends' ``weights``; None when the storage keeps no such sum for it. A
+        reader counts on from ``end`` (appends without weights may have followed)."""
+        return None
 
     @abstractmethod
     def scan(self, store: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:

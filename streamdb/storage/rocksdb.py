@@ -85,11 +85,16 @@ META_FORMAT = META + b"format"
 # tasks read it instead of seeking onto the partition's last batch (LogStore.java), a seek that
 # reads that batch's whole block (tens of MB after a large COPY) every micro-batch trigger.
 META_END = META + b"end\x00"
+# A partition's running sum of weights, (end, total) as u64 and i64, written with the appends that
+# carry `weights` (a view's changes): SHOW QUERIES and count(*) count a view's rows from it and
+# the changes after `end`, instead of reading its whole log (2.3 s for a 9.2M-row view).
+META_WSUM = META + b"wsum\x00"
 FORMAT_VERSION = 1
 
 _U64 = struct.Struct(">Q")
 _REL_PART = struct.Struct(">QI")
 _BATCH = struct.Struct(">QIQQ")  # relation, partition, first offset, count (after the b"L")
+_WSUM = struct.Struct(">Qq")  # end offset, sum of the weights before it
 _MAX_U32 = 0xFFFF_FFFF
 _MAX_U63 = (1 << 63) - 1
 _LAST_IN_PARTITION = b"\xff" * 16  # larger than any (first, count) suffix
@@ -116,6 +121,10 @@ def batch_key(relation_id: int, partition: int, first: int, count: int) -> bytes
 
 def end_key(relation_id: int, partition: int) -> bytes:
     return META_END + _REL_PART.pack(relation_id, partition)
+
+
+def weight_sum_key(relation_id: int, partition: int) -> bytes:
+    return META_WSUM + _REL_PART.pack(relation_id, partition)
 
 
 def parse_batch_key(key: bytes) -> tuple[int, int, int, int]:
@@ -191,6 +200,8 @@ def validate_commit(commit: Commit) -> None:
         _check_int(a.partition, "partition", 0, _MAX_U32)
         _check_int(a.count, "batch record count", 1, _MAX_U63)
         _check_bytes(a.payload, "payload")
+        if a.weights is not None:
+            _check_int(a.weights, "batch weight sum", -(1 << 63), _MAX_U63)
     for store, key, value in commit.puts:
         _check_store(store)
         _check_bytes(key, "key")
@@ -308,6 +319,8 @@ class RocksDBStorage(Storage):
         self._next_offsets: dict[int, dict[int, int]] = {}
         self._written_ends: dict[int, dict[int, int]] = {}
         self._pending_ends: dict[int, dict[int, int]] | None = None  # the group being written's
+        # (end, total) of the partitions whose running weight sum is kept (META_WSUM), as written.
+        self._weight_sums: dict[tuple[int, int], tuple[int, int]] = {}
         self._snapshot_lock = threading.Lock()
         self._sequence = 0
         self.groups_written = 0
@@ -322,6 +335,7 @@ class RocksDBStorage(Storage):
             self._next_offsets = self._recover_next_offsets()
             self._written_ends = self._next_offsets
             self._repair_end_keys()
+            self._weight_sums = self._recover_weight_sums()
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, StreamDBError) or not isinstance(exc, Exception):
@@ -411,6 +425,32 @@ class RocksDBStorage(Storage):
             wb.put(key, _U64.pack(nxt))
         if stale or ends:
             self._write_batch(wb)
+
+    def _recover_weight_sums(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """The kept weight sums; one past its partition's end (not written by this version) is
+        dropped."""
+        sums: dict[tuple[int, int], tuple[int, int]] = {}
+        wb = WriteBatch(raw_mode=True)
+        stale = 0
+        it = self._db.iter()
+        try:
+            it.seek(META_WSUM)
+            while it.valid() and it.key().startswith(META_WSUM):
+                key = it.key()
+                rel, part = _REL_PART.unpack_from(key, len(META_WSUM))
+                end, total = _WSUM.unpack(it.value())
+                if end <= self._next_offsets.get(rel, {}).get(part, 0):
+                    sums[(rel, part)] = (end, total)
+                else:
+                    wb.delete(key)
+                    stale += 1
+                it.next()
+            it.status()
+        finally:
+            del it
+        if stale:
+            self._write_batch(wb)
+        return sums
 
     def _recover_next_offsets(self) -> dict[int, dict[int, int]]:
         """Next offset of every partition: one seek to its last batch, one seek to skip it."""
@@ -541,6 +581,9 @@ class RocksDBStorage(Storage):
         try:
             wb = WriteBatch(raw_mode=True)
             pending_next: dict[tuple[int, int], int] = {}
+            # The weight sums this group moves: (end, total), or None where an append without
+            # weights (or not at the kept end) leaves the kept sum behind the partition's end.
+            pending_sums: dict[tuple[int, int], tuple[int, int] | None] = {}
             dropped: set[int] = set()
             sequence = self._sequence
             results: list[CommitResult] = []
@@ -550,12 +593,15 @@ class RocksDBStorage(Storage):
                 for rel in c.drop_relations:
                     wb.delete_range(log_prefix(rel), log_prefix(rel + 1))
                     wb.delete_range(end_key(rel, 0), end_key(rel + 1, 0))
+                    wb.delete_range(weight_sum_key(rel, 0), weight_sum_key(rel + 1, 0))
                     for store in (state_store(rel), partials_store(rel)):
                         prefix = store_prefix(store)
                         wb.delete_range(prefix, prefix_upper(prefix))
                     dropped.add(rel)
                     for stale in [k for k in pending_next if k[0] == rel]:
                         del pending_next[stale]
+                    for stale in [k for k in pending_sums if k[0] == rel]:
+                        del pending_sums[stale]
                 firsts: list[int] = []
                 for a in c.appends:
                     pk = (a.relation_id, a.partition)
@@ -565,6 +611,8 @@ class RocksDBStorage(Storage):
                     wb.put(batch_key(a.relation_id, a.partition, first, a.count), _b(a.payload))
                     pending_next[pk] = first + a.count
                     firsts.append(first)
+                    if a.weights is not None or pk in pending_sums or pk in self._weight_sums:
+                        pending_sums[pk] = self._sum_after(pending_sums, pk, a, first, a.relation_id in dropped)
                 for store, key, value in c.puts:
                     wb.put(store_key(store, _b(key)), _b(value))
                 for store, key in c.deletes:
@@ -572,6 +620,9 @@ class RocksDBStorage(Storage):
                 results.append(CommitResult(firsts, sequence))
             for (rel, part), nxt in pending_next.items():
                 wb.put(end_key(rel, part), _U64.pack(nxt))
+            for (rel, part), kept in pending_sums.items():
+                if kept is not None:
+                    wb.put(weight_sum_key(rel, part), _WSUM.pack(*kept))
             wb.put(META_SEQUENCE, _U64.pack(sequence))
             ends = self._pending_ends = self._ends_after(dropped, pending_next)
             self._write_batch(wb)
@@ -582,11 +633,29 @@ class RocksDBStorage(Storage):
             return
         # Durable: publish the new offsets, then acknowledge.
         self._next_offsets = ends
+        for rel in dropped:
+            for gone in [k for k in self._weight_sums if k[0] == rel]:
+                del self._weight_sums[gone]
+        for pk, kept in pending_sums.items():
+            if kept is not None:
+                self._weight_sums[pk] = kept
         self._sequence = sequence
         self.groups_written += 1
         self.commits_written += len(group)
         for p, result in zip(group, results, strict=True):
             p.future.set_result(result)
+
+    def _sum_after(self, pending: dict[tuple[int, int], tuple[int, int] | None], pk: tuple[int, int],
+                   a: Append, first: int, dropped: bool) -> tuple[int, int] | None:
+        """The partition's weight sum once `a` is appended at `first`: extended when the sum so
+        far ends at `first` (none before offset 0), else None (the kept one stays, behind)."""
+        if a.weights is None:
+            return None
+        before = (0, 0) if first == 0 else pending.get(pk) if pk in pending else (
+            None if dropped else self._weight_sums.get(pk))
+        if before is None or before[0] != first:
+            return None
+        return first + a.count, before[1] + a.weights
 
     def _after_write_failure(self) -> StreamDBError | None:
         """A fresh copy of the error RocksDB's failed write was reported with (None if none)."""
@@ -720,6 +789,18 @@ class RocksDBSnapshot(Snapshot):
                 return first + count
             it.status()
             return 0
+
+    def weight_sum(self, relation_id: int, partition: int) -> tuple[int, int] | None:
+        key = weight_sum_key(relation_id, partition)
+        with self._lock, _reading("read the log"):
+            it = self._iter()
+            self._owner = None
+            it.seek(key)
+            if it.valid() and it.key() == key:
+                end, total = _WSUM.unpack(it.value())
+                return end, total
+            it.status()
+            return None
 
     def get(self, store: str, key: bytes) -> bytes | None:
         return self.get_many(store, [key])[0]
