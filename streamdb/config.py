@@ -30,6 +30,10 @@ class Settings(BaseModel):
     log: Literal["rocksdb", "kafka"] = "rocksdb"
     kafka_bootstrap: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # A log append at least this large goes to the RocksDB log as an SST file of its own, ingested
+    # on the lowest level it fits, not through the WAL, the memtable and the compactions after
+    # them (docs/storage.md, "Large batches as ingested files").
+    storage_ingest_bytes: int = Field(4 << 20, ge=1)
     # Ad hoc reads over more input rows than this run on Spark; smaller ones on the embedded engine.
     spark_read_threshold_rows: int = Field(1_000_000, ge=0)
     spark_shuffle_partitions: int = Field(2, ge=1)

@@ -232,6 +232,11 @@ class EngineCollector(Collector):
                                   "log since the server started.", value=commits)
         yield CounterMetricFamily("streamdb_storage_commit_groups", "Durable writes (one fsync each) that "
                                   "carried those commits: several sessions' commits share one.", value=groups)
+        ingested = getattr(storage, "batches_ingested", None)
+        if isinstance(ingested, int):
+            yield CounterMetricFamily("streamdb_storage_ingested_batches", "Log batches written as SST files "
+                                      "of their own (large ones), not through the WAL and the memtable.",
+                                      value=ingested)
 
     def _views(self) -> Iterator[Metric]:
         engine = self.engine

@@ -220,8 +220,15 @@ def server() -> Iterator[ServerProcess]:
 @pytest.fixture()
 def fresh_server() -> Iterator[ServerProcess]:
     """A server of its own, for tests that kill or restart it."""
-    with server_directory("streamdb-fresh-") as d:
-        srv = ServerProcess(Path(d) / "data", "fresh")
+    with own_server("fresh") as srv:
+        yield srv
+
+
+@contextlib.contextmanager
+def own_server(name: str, extra_env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """A started server in a directory of its own, stopped (if still running) and removed after."""
+    with server_directory(f"streamdb-{name}-") as d:
+        srv = ServerProcess(Path(d) / "data", name, extra_env=extra_env)
         srv.start()
         try:
             yield srv

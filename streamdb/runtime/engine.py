@@ -32,7 +32,8 @@ class Engine:
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         self.storage = open_storage(settings.log, str(data_dir / "log"),
-                                    kafka_bootstrap=settings.kafka_bootstrap)
+                                    kafka_bootstrap=settings.kafka_bootstrap,
+                                    ingest_bytes=settings.storage_ingest_bytes)
         self.metrics = Metrics(self)
         self.catalog = CatalogStore(self.storage)
         self.reader = RelationReader(self.storage)

@@ -29,6 +29,15 @@ stop at published offsets); a read of a table's state may see a row up to one
 fsync early, which only an OS crash inside that window would take back (the
 writer was never told it was committed). See docs/storage.md.
 
+Large batches are not written through the WAL and the memtable: each goes to an SST file of
+its own, ingested before the group's WriteBatch (which holds its end key). The WAL, the flush and
+the compactions after it rewrote every byte of a view's backfill three to four times; an ingested
+file lands on the lowest level it does not overlap, where the partition's batches are, and is
+not rewritten. Until the WriteBatch is durable its batch lies past its partition's end key,
+where no reader looks (every read stops at published or stored ends); a crash in between leaves
+it there, and the next open deletes every batch past its partition's end key (format 2: end
+keys are authoritative). See docs/storage.md, "Large batches as ingested files".
+
 Snapshots are RocksDB iterators: an iterator reads from an implicit RocksDB
 snapshot taken when it is created, so every read of a Snapshot (which reuses
 that one iterator) sees the same point in time. (rocksdict 0.3.29's
@@ -39,7 +48,9 @@ that one iterator) sees the same point in time. (rocksdict 0.3.29's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import logging
 import os
 import queue
 import struct
@@ -56,10 +67,12 @@ from rocksdict import (
     Cache,
     DBCompressionType,
     DBRecoveryMode,
+    IngestExternalFileOptions,
     Options,
     Rdict,
     RdictIter,
     ReadOptions,
+    SstFileWriter,
     WriteBatch,
     WriteOptions,
 )
@@ -72,6 +85,8 @@ from streamdb.errors import (
     StreamDBError,
 )
 from streamdb.storage.base import Append, Commit, CommitResult, Snapshot, Storage, partials_store, state_store
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # Key layout
@@ -89,7 +104,11 @@ META_END = META + b"end\x00"
 # carry `weights` (a view's changes): SHOW QUERIES and count(*) count a view's rows from it and
 # the changes after `end`, instead of reading its whole log (2.3 s for a 9.2M-row view).
 META_WSUM = META + b"wsum\x00"
-FORMAT_VERSION = 1
+# 1: end keys may lag the log (a server before them). 2: end keys are authoritative: a batch past
+# its partition's end key was never committed (an ingested file whose WriteBatch did not land).
+FORMAT_VERSION = 2
+# Appends at least this large, to a partition that has an end key, are ingested as SST files.
+INGEST_BYTES = 4 << 20
 
 _U64 = struct.Struct(">Q")
 _REL_PART = struct.Struct(">QI")
@@ -285,15 +304,21 @@ class RocksDBStorage(Storage):
         compression: str = "zstd",
         max_group_commits: int = 1024,
         max_group_bytes: int = 64 << 20,
+        ingest_bytes: int = INGEST_BYTES,
     ) -> None:
         """Open (creating if missing) the database at ``path``.
 
         ``sync=False`` skips the fsync (tests and benchmarks only: commits are then
         not durable across an OS crash). ``compression`` is the bottom level's (the levels
         above it are not compressed). Groups hold at most ``max_group_commits``
-        commits and stop growing past ``max_group_bytes``.
+        commits and stop growing past ``max_group_bytes``. An append of at least
+        ``ingest_bytes`` (to a partition already written) goes to an SST file of its own.
         """
         self.path = path
+        self._ingest_bytes = ingest_bytes
+        self._ingest_dir = os.path.join(path, "ingest")
+        self._ingested = 0  # names the files
+        self.batches_ingested = 0
         self._sync = sync
         self._max_group_commits = max(1, max_group_commits)
         self._max_group_bytes = max(1, max_group_bytes)
@@ -319,6 +344,7 @@ class RocksDBStorage(Storage):
         self._next_offsets: dict[int, dict[int, int]] = {}
         self._written_ends: dict[int, dict[int, int]] = {}
         self._pending_ends: dict[int, dict[int, int]] | None = None  # the group being written's
+        self._pending_ingests: list[tuple[bytes, bytes]] = []  # its large batches: (key, payload)
         # (end, total) of the partitions whose running weight sum is kept (META_WSUM), as written.
         self._weight_sums: dict[tuple[int, int], tuple[int, int]] = {}
         self._snapshot_lock = threading.Lock()
@@ -330,11 +356,20 @@ class RocksDBStorage(Storage):
         # reach the WAL although it reports failure, so no further write is attempted.
         self._write_failure: StreamDBError | None = None
         try:
-            self._check_format()
+            version = self._check_format()
             self._sequence = self._recover_sequence()
             self._next_offsets = self._recover_next_offsets()
+            if version >= 2:
+                self._drop_uncommitted_batches()
             self._written_ends = self._next_offsets
             self._repair_end_keys()
+            if version < 2:
+                wb = WriteBatch(raw_mode=True)
+                wb.put(META_FORMAT, _U64.pack(FORMAT_VERSION))
+                self._write_batch(wb)
+            os.makedirs(self._ingest_dir, exist_ok=True)
+            for leftover in os.listdir(self._ingest_dir):  # files of an ingestion a crash cut short
+                os.unlink(os.path.join(self._ingest_dir, leftover))
             self._weight_sums = self._recover_weight_sums()
         except BaseException as exc:
             self._db.close()
@@ -384,18 +419,39 @@ class RocksDBStorage(Storage):
         opts.set_block_based_table_factory(table)
         return opts
 
-    def _check_format(self) -> None:
+    def _check_format(self) -> int:
+        """The stored format version (a new database gets the current one)."""
         raw = self._db.get(META_FORMAT)
         if raw is None:
             wb = WriteBatch(raw_mode=True)
             wb.put(META_FORMAT, _U64.pack(FORMAT_VERSION))
             self._write_batch(wb)
-            return
-        version = _U64.unpack(raw)[0]
-        if version != FORMAT_VERSION:
+            return FORMAT_VERSION
+        version = int(_U64.unpack(raw)[0])
+        if version not in (1, FORMAT_VERSION):
             raise ConfigurationError(
-                f"storage at {self.path} has format version {version}; this server reads {FORMAT_VERSION}"
+                f"storage at {self.path} has format version {version}; this server reads 1 and {FORMAT_VERSION}"
             )
+        return version
+
+    def _drop_uncommitted_batches(self) -> None:
+        """Delete the batches past their partition's end key: ingested files whose commit (the
+        WriteBatch with the end key) a crash cut off. Nothing was acknowledged or read there."""
+        wb = WriteBatch(raw_mode=True)
+        dropped = 0
+        for rel, parts in self._next_offsets.items():
+            for part, log_end in parts.items():
+                raw = self._db.get(end_key(rel, part))
+                if raw is None:
+                    continue
+                end = _U64.unpack(raw)[0]
+                if end < log_end:
+                    wb.delete_range(partition_prefix(rel, part) + _U64.pack(end), partition_upper(rel, part))
+                    parts[part] = end
+                    dropped += 1
+        if dropped:
+            log.warning("storage: removed the uncommitted batches of %d partitions (a write cut short)", dropped)
+            self._write_batch(wb)
 
     def _recover_sequence(self) -> int:
         raw = self._db.get(META_SEQUENCE)
@@ -585,6 +641,7 @@ class RocksDBStorage(Storage):
             # weights (or not at the kept end) leaves the kept sum behind the partition's end.
             pending_sums: dict[tuple[int, int], tuple[int, int] | None] = {}
             dropped: set[int] = set()
+            ingests: list[tuple[bytes, bytes]] = []  # (batch key, payload): each its own SST file
             sequence = self._sequence
             results: list[CommitResult] = []
             for p in group:
@@ -608,7 +665,12 @@ class RocksDBStorage(Storage):
                     first = pending_next.get(pk)
                     if first is None:
                         first = 0 if a.relation_id in dropped else self.end_offset(*pk)
-                    wb.put(batch_key(a.relation_id, a.partition, first, a.count), _b(a.payload))
+                    key = batch_key(a.relation_id, a.partition, first, a.count)
+                    # Only where an end key already bounds what readers see (first > 0, not dropped).
+                    if len(a.payload) >= self._ingest_bytes and first > 0 and a.relation_id not in dropped:
+                        ingests.append((key, _b(a.payload)))
+                    else:
+                        wb.put(key, _b(a.payload))
                     pending_next[pk] = first + a.count
                     firsts.append(first)
                     if a.weights is not None or pk in pending_sums or pk in self._weight_sums:
@@ -625,6 +687,7 @@ class RocksDBStorage(Storage):
                     wb.put(weight_sum_key(rel, part), _WSUM.pack(*kept))
             wb.put(META_SEQUENCE, _U64.pack(sequence))
             ends = self._pending_ends = self._ends_after(dropped, pending_next)
+            self._pending_ingests = ingests
             self._write_batch(wb)
         except BaseException as exc:
             # Nothing was assigned: offsets and sequence stay where they were.
@@ -644,6 +707,24 @@ class RocksDBStorage(Storage):
         self.commits_written += len(group)
         for p, result in zip(group, results, strict=True):
             p.future.set_result(result)
+
+    def _ingest(self, key: bytes, payload: bytes) -> None:
+        """One batch as an SST file of its own (compressed as the bottom level is), moved into the
+        database. Outside the snapshots' lock: writing the file takes ~100 ms for 30 MB."""
+        path = os.path.join(self._ingest_dir, f"{self._ingested}.sst")
+        self._ingested += 1
+        writer = SstFileWriter(self._options)
+        writer.open(path)
+        writer[key] = payload
+        writer.finish()
+        options = IngestExternalFileOptions()
+        options.set_move_files(True)
+        try:
+            self._db.ingest_external_file([path], options)
+            self.batches_ingested += 1
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # linked into the database by then, or not to be used
 
     def _sum_after(self, pending: dict[tuple[int, int], tuple[int, int] | None], pk: tuple[int, int],
                    a: Append, first: int, dropped: bool) -> tuple[int, int] | None:
@@ -682,13 +763,17 @@ class RocksDBStorage(Storage):
         return ends
 
     def _write_batch(self, wb: WriteBatch) -> None:
-        """The single durable write (a seam for fault-injection tests). It makes the group's
-        partition ends (`_pending_ends`) the ones snapshots taken after it answer with."""
+        """The single durable write (a seam for fault-injection tests), after the group's large
+        batches (`_pending_ingests`) are ingested. It makes the group's partition ends
+        (`_pending_ends`) the ones snapshots taken after it answer with."""
+        ingests, self._pending_ingests = self._pending_ingests, []
         if self._write_failure is not None:
             raise InternalError("storage refused the write after an earlier write failure")
         if _TEST_FAULT_FILE:
             _inject_test_fault()
         try:
+            for key, payload in ingests:
+                self._ingest(key, payload)
             # With the snapshots' lock: a snapshot sees the write and its ends, or neither.
             with self._snapshot_lock:
                 self._db.write(wb, self._write_options)
@@ -783,6 +868,11 @@ class RocksDBSnapshot(Snapshot):
         with self._lock, _reading("read the log"):
             it = self._iter()
             self._owner = None
+            # The end key first: a batch past it was not committed (an ingested file, format 2).
+            key = end_key(relation_id, partition)
+            it.seek(key)
+            if it.valid() and it.key() == key:
+                return int(_U64.unpack(it.value())[0])
             it.seek_for_prev(prefix + _LAST_IN_PARTITION)
             if it.valid() and it.key().startswith(prefix):
                 _, _, first, count = parse_batch_key(it.key())
