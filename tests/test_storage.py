@@ -974,3 +974,58 @@ def test_an_ingested_batch_whose_commit_did_not_land_is_gone_after_reopen(tmp_pa
         assert batches(s, 3, 1) == [(0, 4, b"a" * 10), (4, 2, b"c")]
     finally:
         s.close()
+
+
+def test_the_keys_of_a_format_2_directory_move_before_the_log(tmp_path: Path) -> None:
+    """Formats 1 and 2 kept the stores' and metadata's keys ("S", "M") after the log's; opening
+    one moves them before it ("D", "C"), and everything reads as it did."""
+    from rocksdict import Options, Rdict, WriteBatch
+
+    from streamdb.storage.rocksdb import META, STORE
+
+    path = str(tmp_path / "db")
+    s = RocksDBStorage(path)
+    s.commit(Commit(appends=[Append(1, 0, b"a", 3, weights=2), Append(2, 1, b"b", 1)],
+                    puts=[("catalog", b"r1", b"stream"), ("state:2", b"k", b"v")]))
+    s.close()
+    db = Rdict(path, Options(raw_mode=True))  # rewritten as a server of format 2 left it
+    wb = WriteBatch(raw_mode=True)
+    for key, value in db.items():
+        if key[:1] in (META, STORE):
+            wb.delete(key)
+            wb.put({META: b"M", STORE: b"S"}[key[:1]] + key[1:], value)
+    wb.put(b"Mformat", (2).to_bytes(8, "big"))
+    db.write(wb)
+    assert db.get(META + b"format") is None
+    db.close()
+
+    s = RocksDBStorage(path)
+    try:
+        with s.snapshot() as snap:
+            assert list(snap.read(1, 0)) == [(0, 3, b"a")] and list(snap.read(2, 1)) == [(0, 1, b"b")]
+            assert (snap.end_offset(1, 0), snap.weight_sum(1, 0)) == (3, (3, 2))
+            assert (snap.get("catalog", b"r1"), snap.get("state:2", b"k")) == (b"stream", b"v")
+        assert s.commit(Commit(appends=[Append(1, 0, b"c", 1)])).sequence == 2
+        assert sorted({k[:1] for k in s._db.keys()}) == [META, STORE, b"L"]
+        assert int.from_bytes(s._db[META + b"format"], "big") == 3
+    finally:
+        s.close()
+
+
+def test_the_newest_relations_ingested_batches_land_on_the_bottom_level(tmp_path: Path) -> None:
+    """The commits' keys sort before the log, so after they are flushed and compacted no file
+    spans past the newest relation's last batch: its large batches go to the bottom level and
+    no compaction rewrites them (formats 1 and 2 put them one level up)."""
+    s = RocksDBStorage(str(tmp_path / "db"), ingest_bytes=1000)
+    try:
+        for rel in (1, 2):
+            s.commit(Commit(appends=[Append(rel, 0, b"x", 1)], puts=[("meta", b"progress", b"1")]))
+        s._db.flush(True)
+        s._db.compact_range(None, None)
+        for i in range(3):
+            s.commit(Commit(appends=[Append(2, 0, bytes([i]) * 5000, 10)], puts=[("meta", b"progress", b"2")]))
+        assert s.batches_ingested == 3
+        levels = [s._db.property_int_value(f"rocksdb.num-files-at-level{k}") for k in range(7)]
+        assert levels[:6] == [0] * 6 and levels[6] >= 4, levels
+    finally:
+        s.close()

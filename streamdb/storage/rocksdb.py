@@ -3,14 +3,16 @@
 Key layout (one keyspace, the first byte says what a key is; integers are
 big-endian and fixed-width so byte order is numeric order):
 
+    b"C" | name                                                        -> internal metadata
+    b"D" | store name (UTF-8, no NUL) | 0x00 | key                      -> value
     b"L" | relation u64 | partition u32 | first_offset u64 | count u64  -> payload
-    b"S" | store name (UTF-8, no NUL) | 0x00 | key                      -> value
-    b"M" | name                                                        -> internal metadata
+
+(Formats 1 and 2 had "M" and "S" for the first two; opening one moves them.)
 
 Log keys of one partition sort by first offset, so reading from an offset is one
 seek, and the next offset of a partition is the last key of the partition
 (``first + count``), found with one ``seek_for_prev``. The NUL after a store name
-keeps "state:1" and "state:17" apart. ``M"sequence"`` holds the last commit
+keeps "state:1" and "state:17" apart. ``C"sequence"`` holds the last commit
 sequence number and is written in the same WriteBatch as the commit.
 
 Writes go through a single writer thread (group commit): callers enqueue their
@@ -92,8 +94,14 @@ log = logging.getLogger(__name__)
 # Key layout
 
 LOG = b"L"
-STORE = b"S"
-META = b"M"
+# Every other key sorts before the log's (format 3): a commit's keys then never lie between the
+# newest relation's batches and the end of the keyspace, so no file spans past its last batch and
+# its ingested batches land on the bottom level, not a level above it that a compaction must then
+# rewrite (docs/storage.md, "Large batches as ingested files"). Formats 1 and 2 had them after.
+STORE = b"D"
+META = b"C"
+_OLD_STORE, _OLD_META = b"S", b"M"
+_OLD_META_FORMAT = _OLD_META + b"format"
 META_SEQUENCE = META + b"sequence"
 META_FORMAT = META + b"format"
 # A partition's end (next offset), u64, written in the same batch as every append to it: Spark's
@@ -106,7 +114,9 @@ META_END = META + b"end\x00"
 META_WSUM = META + b"wsum\x00"
 # 1: end keys may lag the log (a server before them). 2: end keys are authoritative: a batch past
 # its partition's end key was never committed (an ingested file whose WriteBatch did not land).
-FORMAT_VERSION = 2
+# 3: the stores' and metadata's keys sort before the log's (STORE, META).
+FORMAT_VERSION = 3
+_MOVE_BYTES = 32 << 20  # per WriteBatch while moving the keys of formats 1 and 2
 # Appends at least this large, to a partition that has an end key, are ingested as SST files.
 INGEST_BYTES = 4 << 20
 
@@ -363,7 +373,7 @@ class RocksDBStorage(Storage):
                 self._drop_uncommitted_batches()
             self._written_ends = self._next_offsets
             self._repair_end_keys()
-            if version < 2:
+            if version < FORMAT_VERSION:
                 wb = WriteBatch(raw_mode=True)
                 wb.put(META_FORMAT, _U64.pack(FORMAT_VERSION))
                 self._write_batch(wb)
@@ -420,19 +430,59 @@ class RocksDBStorage(Storage):
         return opts
 
     def _check_format(self) -> int:
-        """The stored format version (a new database gets the current one)."""
+        """The stored format version (a new database gets the current one); the keys of a
+        database of format 1 or 2 are moved before the log first (the version is kept: what
+        it says of the end keys still holds until the open is done)."""
         raw = self._db.get(META_FORMAT)
         if raw is None:
-            wb = WriteBatch(raw_mode=True)
-            wb.put(META_FORMAT, _U64.pack(FORMAT_VERSION))
-            self._write_batch(wb)
-            return FORMAT_VERSION
+            old = self._db.get(_OLD_META_FORMAT)
+            if old is None:
+                wb = WriteBatch(raw_mode=True)
+                wb.put(META_FORMAT, _U64.pack(FORMAT_VERSION))
+                self._write_batch(wb)
+                return FORMAT_VERSION
+            version = self._known_version(old)
+            self._move_keys_before_the_log(version)
+            return version
+        return self._known_version(raw)
+
+    def _known_version(self, raw: bytes) -> int:
         version = int(_U64.unpack(raw)[0])
-        if version not in (1, FORMAT_VERSION):
-            raise ConfigurationError(
-                f"storage at {self.path} has format version {version}; this server reads 1 and {FORMAT_VERSION}"
-            )
+        if version not in (1, 2, FORMAT_VERSION):
+            raise ConfigurationError(f"storage at {self.path} has format version {version}; "
+                                     f"this server reads 1 to {FORMAT_VERSION}")
         return version
+
+    def _move_keys_before_the_log(self, version: int) -> None:
+        """Formats 1 and 2 kept the stores' and metadata's keys after the log's: copy them under
+        the new prefixes, then delete the old ones and record the version in one write (a crash
+        before it leaves the old keys, and the next open copies them again)."""
+        moved = 0
+        for old, new in ((_OLD_META, META), (_OLD_STORE, STORE)):
+            wb, size = WriteBatch(raw_mode=True), 0
+            it = self._db.iter()
+            try:
+                it.seek(old)
+                while it.valid() and it.key().startswith(old):
+                    key, value = it.key(), it.value()
+                    wb.put(new + key[len(old):], value)
+                    size += len(key) + len(value)
+                    moved += 1
+                    if size >= _MOVE_BYTES:
+                        self._write_batch(wb)
+                        wb, size = WriteBatch(raw_mode=True), 0
+                    it.next()
+                it.status()
+            finally:
+                del it
+            if size:
+                self._write_batch(wb)
+        wb = WriteBatch(raw_mode=True)
+        for old in (_OLD_META, _OLD_STORE):
+            wb.delete_range(old, prefix_upper(old))
+        wb.put(META_FORMAT, _U64.pack(version))
+        self._write_batch(wb)
+        log.info("storage: moved %d keys before the log (format %d -> %d)", moved, version, FORMAT_VERSION)
 
     def _drop_uncommitted_batches(self) -> None:
         """Delete the batches past their partition's end key: ingested files whose commit (the

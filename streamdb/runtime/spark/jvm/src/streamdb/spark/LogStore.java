@@ -14,7 +14,8 @@ import org.rocksdb.RocksIterator;
  * The server's RocksDB, read as a secondary instance (one per JVM and path): it never writes and
  * catches up with the server's latest commit on demand. Key layout as storage/rocksdb.py writes
  * it: "L" | relation u64 | partition u32 | first offset u64 | count u64 -> one Arrow IPC batch,
- * and "Mend\0" | relation u64 | partition u32 -> the partition's end (u64), in the same write.
+ * and "Cend\0" | relation u64 | partition u32 -> the partition's end (u64), in the same write
+ * (before the log's keys, as every key but the log's: format 3).
  */
 final class LogStore {
   private static final Map<String, LogStore> OPEN = new HashMap<>();
@@ -52,7 +53,7 @@ final class LogStore {
     return ByteBuffer.allocate(13).put((byte) 'L').putLong(relation).putInt(partition).array();
   }
 
-  private static final byte[] END_KEY = {'M', 'e', 'n', 'd', 0};
+  private static final byte[] END_KEY = {'C', 'e', 'n', 'd', 0};
 
   /** The next offset to be written in this log partition (0 if empty). */
   long endOffset(long relation, int partition) {
