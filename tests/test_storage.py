@@ -915,9 +915,10 @@ def test_weight_sums_follow_the_appends_that_carry_weights(storage: RocksDBStora
 
 def test_large_batches_are_ingested_files_readable_like_any_batch(tmp_path: Path) -> None:
     """A batch of at least `ingest_bytes` to a partition already written goes to an SST file of
-    its own, ingested on the lowest level it does not overlap: read back, ended, summed and reopened like a batch of
-    the WriteBatch; a snapshot taken before it does not see it; the first batch of a partition and
-    a batch after a drop in the same group go through the WriteBatch (no end key bounds them)."""
+    its own, ingested on the lowest level it does not overlap: read back, ended, summed and
+    reopened like a batch of the WriteBatch; a snapshot taken before it does not see it. The
+    first batch of a partition, a batch after it in the same group and a batch after a drop in
+    the same group go through the WriteBatch (no durable end key bounds them)."""
     s = RocksDBStorage(str(tmp_path / "db"), ingest_bytes=1000)
     big = [bytes([i]) * 5000 for i in range(4)]
     try:
@@ -934,6 +935,8 @@ def test_large_batches_are_ingested_files_readable_like_any_batch(tmp_path: Path
         with s.snapshot() as snap:
             assert list(snap.read(1, 0)) == [(0, 10, big[0]), (10, 5, big[1]), (15, 1, b"small")]
             assert (snap.end_offset(1, 0), snap.weight_sum(1, 0), snap.get("meta", b"k")) == (16, (16, 14), b"v")
+        s.commit(Commit(appends=[Append(9, 0, b"first", 1), Append(9, 0, big[2], 1)]))
+        assert s._ingested == 1
         s.commit(Commit(drop_relations=[1], appends=[Append(1, 0, big[2], 3)]))
         assert s._ingested == 1
         assert batches(s, 1, 0) == [(0, 3, big[2])]

@@ -716,8 +716,11 @@ class RocksDBStorage(Storage):
                     if first is None:
                         first = 0 if a.relation_id in dropped else self.end_offset(*pk)
                     key = batch_key(a.relation_id, a.partition, first, a.count)
-                    # Only where an end key already bounds what readers see (first > 0, not dropped).
-                    if len(a.payload) >= self._ingest_bytes and first > 0 and a.relation_id not in dropped:
+                    # Only where a durable end key bounds what readers see: the partition's end as
+                    # of the last write, not one of this group's appends (its end key is not written
+                    # yet: a crash would leave the ingested batch after a gap) nor after a drop.
+                    durable_end = 0 if a.relation_id in dropped else self.end_offset(*pk)
+                    if len(a.payload) >= self._ingest_bytes and durable_end > 0:
                         ingests.append((key, _b(a.payload)))
                     else:
                         wb.put(key, _b(a.payload))
