@@ -453,6 +453,19 @@ class RocksDBStorage(Storage):
                                      f"this server reads 1 to {FORMAT_VERSION}")
         return version
 
+    def _scan_raw(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every key starting with `prefix`, in order, read at open (no snapshot
+        object, no store prefix stripped). Writes while it runs are not seen by it."""
+        it = self._db.iter()
+        try:
+            it.seek(prefix)
+            while it.valid() and it.key().startswith(prefix):
+                yield it.key(), it.value()
+                it.next()
+            it.status()
+        finally:
+            del it
+
     def _move_keys_before_the_log(self, version: int) -> None:
         """Formats 1 and 2 kept the stores' and metadata's keys after the log's: copy them under
         the new prefixes, then delete the old ones and record the version in one write (a crash
@@ -460,21 +473,13 @@ class RocksDBStorage(Storage):
         moved = 0
         for old, new in ((_OLD_META, META), (_OLD_STORE, STORE)):
             wb, size = WriteBatch(raw_mode=True), 0
-            it = self._db.iter()
-            try:
-                it.seek(old)
-                while it.valid() and it.key().startswith(old):
-                    key, value = it.key(), it.value()
-                    wb.put(new + key[len(old):], value)
-                    size += len(key) + len(value)
-                    moved += 1
-                    if size >= _MOVE_BYTES:
-                        self._write_batch(wb)
-                        wb, size = WriteBatch(raw_mode=True), 0
-                    it.next()
-                it.status()
-            finally:
-                del it
+            for key, value in self._scan_raw(old):
+                wb.put(new + key[len(old):], value)
+                size += len(key) + len(value)
+                moved += 1
+                if size >= _MOVE_BYTES:
+                    self._write_batch(wb)
+                    wb, size = WriteBatch(raw_mode=True), 0
             if size:
                 self._write_batch(wb)
         wb = WriteBatch(raw_mode=True)
@@ -513,20 +518,12 @@ class RocksDBStorage(Storage):
         ends = {end_key(rel, part): nxt for rel, parts in self._next_offsets.items() for part, nxt in parts.items()}
         wb = WriteBatch(raw_mode=True)
         stale = 0
-        it = self._db.iter()
-        try:
-            it.seek(META_END)
-            while it.valid() and it.key().startswith(META_END):
-                key = it.key()
-                if key not in ends:
-                    wb.delete(key)
-                    stale += 1
-                elif _U64.unpack(it.value())[0] == ends[key]:
-                    del ends[key]
-                it.next()
-            it.status()
-        finally:
-            del it
+        for key, value in self._scan_raw(META_END):
+            if key not in ends:
+                wb.delete(key)
+                stale += 1
+            elif _U64.unpack(value)[0] == ends[key]:
+                del ends[key]
         for key, nxt in ends.items():
             wb.put(key, _U64.pack(nxt))
         if stale or ends:
@@ -538,22 +535,14 @@ class RocksDBStorage(Storage):
         sums: dict[tuple[int, int], tuple[int, int]] = {}
         wb = WriteBatch(raw_mode=True)
         stale = 0
-        it = self._db.iter()
-        try:
-            it.seek(META_WSUM)
-            while it.valid() and it.key().startswith(META_WSUM):
-                key = it.key()
-                rel, part = _REL_PART.unpack_from(key, len(META_WSUM))
-                end, total = _WSUM.unpack(it.value())
-                if end <= self._next_offsets.get(rel, {}).get(part, 0):
-                    sums[(rel, part)] = (end, total)
-                else:
-                    wb.delete(key)
-                    stale += 1
-                it.next()
-            it.status()
-        finally:
-            del it
+        for key, value in self._scan_raw(META_WSUM):
+            rel, part = _REL_PART.unpack_from(key, len(META_WSUM))
+            end, total = _WSUM.unpack(value)
+            if end <= self._next_offsets.get(rel, {}).get(part, 0):
+                sums[(rel, part)] = (end, total)
+            else:
+                wb.delete(key)
+                stale += 1
         if stale:
             self._write_batch(wb)
         return sums
@@ -712,14 +701,13 @@ class RocksDBStorage(Storage):
                 firsts: list[int] = []
                 for a in c.appends:
                     pk = (a.relation_id, a.partition)
-                    first = pending_next.get(pk)
-                    if first is None:
-                        first = 0 if a.relation_id in dropped else self.end_offset(*pk)
-                    key = batch_key(a.relation_id, a.partition, first, a.count)
-                    # Only where a durable end key bounds what readers see: the partition's end as
-                    # of the last write, not one of this group's appends (its end key is not written
-                    # yet: a crash would leave the ingested batch after a gap) nor after a drop.
+                    # The partition's end as of the last write (0 after a drop in this group).
                     durable_end = 0 if a.relation_id in dropped else self.end_offset(*pk)
+                    first = pending_next.get(pk, durable_end)
+                    key = batch_key(a.relation_id, a.partition, first, a.count)
+                    # Ingested only where a durable end key bounds what readers see: not after one of
+                    # this group's appends (its end key is not written yet: a crash would leave the
+                    # ingested batch after a gap) nor after a drop.
                     if len(a.payload) >= self._ingest_bytes and durable_end > 0:
                         ingests.append((key, _b(a.payload)))
                     else:
