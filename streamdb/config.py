@@ -34,6 +34,11 @@ class Settings(BaseModel):
     # on the lowest level it fits, not through the WAL, the memtable and the compactions after
     # them (docs/storage.md, "Large batches as ingested files").
     storage_ingest_bytes: int = Field(4 << 20, ge=1)
+    # A pipeline batch with at least this many view changes (a backfill's) is committed while
+    # Spark computes the next one; smaller (live) batches are committed before it starts, which
+    # keeps their freshness on a machine whose cores are busy (docs/views.md, "The commit beside
+    # the next batch").
+    pipeline_async_commit_rows: int = Field(50_000, ge=1)
     # Ad hoc reads over more input rows than this run on Spark; smaller ones on the embedded engine.
     spark_read_threshold_rows: int = Field(1_000_000, ge=0)
     spark_shuffle_partitions: int = Field(2, ge=1)

@@ -17,11 +17,17 @@ from tests.test_e2e_metrics import scrape, value
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
+# Every log append after a partition's first goes to the log as an ingested SST file
+# (docs/storage.md), and every pipeline batch is committed beside Spark's next (docs/views.md): a
+# kill -9 may land between a file and its commit, or between Spark's record of a batch and the
+# server's.
+EVERY_BATCH_THE_LARGE_WAY = {"STREAMDB_STORAGE_INGEST_BYTES": "1", "STREAMDB_PIPELINE_ASYNC_COMMIT_ROWS": "1"}
+
+
 @pytest.fixture()
 def ingesting_server() -> Iterator[ServerProcess]:
-    """A server of its own whose every log append after a partition's first goes to the log as
-    an ingested SST file (docs/storage.md): a kill -9 may land between a file and its commit."""
-    with own_server("ingest", extra_env={"STREAMDB_STORAGE_INGEST_BYTES": "1"}) as srv:
+    """A server of its own that writes every batch as a large one would be (above)."""
+    with own_server("ingest", extra_env=EVERY_BATCH_THE_LARGE_WAY) as srv:
         yield srv
 
 
@@ -143,6 +149,43 @@ def test_sigterm_shuts_down_cleanly_and_loses_nothing(ingesting_server):
             assert c.execute("SHOW streamdb.last_query_engine").fetchone() == ("count",)
             expected = c.execute(recomputed).fetchone()[0]
             assert counted == expected == len(c.execute(f"SELECT * FROM {view}").fetchall()) > 0, view
+
+
+def test_a_batch_spark_recorded_before_the_server_committed_it_runs_again_after_kill_9():
+    """A batch committed beside Spark's next: the server is killed after Spark recorded the batch
+    as done and before the server's commit landed (the commit-beside-kill failpoint). At the
+    restart the pipeline's checkpoint is rewound to the last batch the server committed, so the
+    batch is not skipped: each view equals its batch recomputation, with the batch's rows once."""
+    marker = "streamdb-failpoint:commit-beside-kill"
+    with own_server("rewind", extra_env={**EVERY_BATCH_THE_LARGE_WAY,
+                                         "STREAMDB_TEST_FAILPOINTS": "commit-beside-kill"}) as srv:
+        with srv.connect() as c:
+            c.execute("CREATE STREAM ev (id INT, tag TEXT) WITH (partitions = 2)")
+            c.execute("CREATE MATERIALIZED VIEW ev_copy AS SELECT id, tag FROM ev WHERE id > 0")
+            c.execute("CREATE MATERIALIZED VIEW ev_by_tag AS SELECT tag, count(*) AS n, sum(id) AS total "
+                      "FROM ev GROUP BY tag")
+            c.execute("INSERT INTO ev SELECT i, 't' || (i % 3) FROM generate_series(1, 100) AS i")
+            c.execute("FLUSH")
+            assert c.execute("SELECT count(*) FROM ev_copy").fetchone() == (100,)
+            c.execute("INSERT INTO ev VALUES (101, %s), (102, 't1')", (marker,))
+        assert srv.proc is not None
+        assert srv.proc.wait(timeout=90) == -9  # the failpoint, once Spark had the batch's commit
+        srv.end_process_groups()
+        srv.extra_env = EVERY_BATCH_THE_LARGE_WAY
+        srv.start()
+        with srv.connect() as c:
+            c.execute("SET statement_timeout = 60000")  # a skipped batch: FLUSH would wait forever
+            c.execute("FLUSH")
+            copied = sorted(c.execute("SELECT id, tag FROM ev_copy").fetchall())
+            assert copied == sorted(c.execute("SELECT id, tag FROM ev WHERE id > 0").fetchall())
+            assert len(copied) == 102 and (101, marker) in copied
+            by_tag = sorted(c.execute("SELECT tag, n, total FROM ev_by_tag").fetchall())
+            assert by_tag == sorted(c.execute("SELECT tag, count(*), sum(id) FROM ev GROUP BY tag").fetchall())
+            assert (marker, 1, 101) in by_tag and ("t1", 35, sum(range(1, 101, 3)) + 102) in by_tag
+            c.execute("INSERT INTO ev VALUES (103, 't0')")
+            c.execute("FLUSH")
+            assert c.execute("SELECT count(*) FROM ev_copy").fetchone() == (103,)
+        assert "checkpoint rewound by 1 batch(es)" in srv.log_path.read_text(errors="replace")
 
 
 def test_concurrent_ddl_keeps_the_catalog_consistent(server, unique):

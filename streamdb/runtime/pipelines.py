@@ -180,6 +180,13 @@ def _state_rows_key(depth: int) -> bytes:
     return f"pipeline-state-rows:{depth}".encode()
 
 
+def _committed_batch_key(depth: int) -> bytes:
+    """The last batch of the depth's pipeline the server committed: Spark's checkpoint may be a
+    batch ahead of it (a large batch is committed beside the next one), and is rewound to it at
+    the pipeline's start."""
+    return f"pipeline-committed-batch:{depth}".encode()
+
+
 def _checkpoint_generation_key(depth: int) -> bytes:
     """How many times the depth's pipeline lost its last view (its checkpoint's path suffix)."""
     return f"pipeline-checkpoint-generation:{depth}".encode()
@@ -344,7 +351,7 @@ class PipelineManager:
             # starts at a path of its own (a new generation), never at this one.
             generation = self._checkpoint_generation(depth)
             old = self._checkpoint(depth, generation)
-            commit = Commit(deletes=[(META, _state_rows_key(depth))])
+            commit = Commit(deletes=[(META, _state_rows_key(depth)), (META, _committed_batch_key(depth))])
             if depth < PUSH_PIPELINES:
                 commit.puts.append((META, _checkpoint_generation_key(depth), str(generation + 1).encode()))
             self.engine.storage.commit(commit)
@@ -360,11 +367,12 @@ class PipelineManager:
         now = dt.datetime.now(dt.UTC)
         with engine.storage.snapshot() as snap:
             if fresh:
-                commit.deletes.append((META, rows_key))
+                commit.deletes.extend([(META, rows_key), (META, _committed_batch_key(depth))])
                 state_rows: int | None = 0
             else:
                 raw = snap.get(META, rows_key)
                 state_rows = int(raw) if raw is not None else None
+                self._rewind(depth, checkpoint, snap, commit)
             for gone in [k for k in self._failed if catalog.by_id(k) is None]:  # dropped views
                 del self._failed[gone]
             # A failed view stays out of the pipeline until its backoff ends (`retry_at` brings
@@ -416,7 +424,8 @@ class PipelineManager:
         spark = engine.spark
         assert spark is not None
         pipeline = StreamingPipeline(spark.session(), name, checkpoint, partial(self._on_batch, depth),
-                                     partial(self._on_failure, depth))
+                                     partial(self._on_failure, depth),
+                                     async_commit_rows=engine.settings.pipeline_async_commit_rows)
         entry = _Running(depth, pipeline, key, views, state_rows=state_rows)
         if running is not None:
             entry.failures = running.failures
@@ -432,6 +441,24 @@ class PipelineManager:
         except StreamDBError as e:
             log.warning("pipeline %s did not start: %s", name, e.message)
             self._on_failure(depth, e)
+
+    def _rewind(self, depth: int, checkpoint: Path, snap: Any, commit: Commit) -> None:
+        """Spark's checkpoint back to the last batch the server committed. A large batch's commit
+        runs beside Spark's next batch (StreamingPipeline), by when Spark has recorded the batch
+        as done: a crash before the commit lands would skip it. Rewound, Spark runs it again from
+        its logged offsets and the state it started from, as after any crash within a batch."""
+        from streamdb.runtime.spark.pipeline import last_spark_commit, rewind_checkpoint
+
+        raw = snap.get(META, _committed_batch_key(depth))
+        if raw is None:
+            # A checkpoint from before the key was kept: every batch Spark recorded was committed
+            # first, inside its sink.
+            commit.puts.append((META, _committed_batch_key(depth), str(last_spark_commit(checkpoint)).encode()))
+            return
+        batches = rewind_checkpoint(checkpoint, int(raw))
+        if batches:
+            log.warning("pipeline %s: its checkpoint rewound by %d batch(es) to batch %d, the last the "
+                        "server committed; Spark runs the rest again", pipeline_name(depth), batches, int(raw))
 
     def hold(self, view_id: int, offsets: dict[int, tuple[int, ...]]) -> None:
         """Before a push query's view is added: the inputs' offsets as of the push query's start."""
@@ -668,7 +695,11 @@ class PipelineManager:
                                            done, closed_until=closed_until, log_from=state.log_from)
                     self._stage_state(vid, new_state, snap, commit, progress)
                     applied.append((vid, done, processed, closed_until))
+            commit.puts.append((META, _committed_batch_key(depth), str(batch_id).encode()))
             if not applied and not broken:
+                # A replay every view reflects (or none of its views takes): only the batch is
+                # recorded, so the next start does not rewind to before it.
+                engine.storage.commit(commit)
                 return
             state_rows = None if running.state_rows is None else running.state_rows + state_rows_added
             if state_rows is not None:

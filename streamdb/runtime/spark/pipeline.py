@@ -1477,10 +1477,16 @@ _UNUSED_OPTIMIZER_RULES = tuple(_OPTIMIZER + r for r in (
 class StreamingPipeline:
     """One running streaming query and its sink. The handler gets each batch's id, the source
     offsets it reflects and every view's changes (its columns then `__w`), and commits them; a
-    batch the handler has already committed (a replay after a crash) it ignores."""
+    batch the handler has already committed (a replay after a crash) it ignores.
+
+    A batch with at least `async_commit_rows` changes is committed beside Spark's next batch: the
+    sink hands it to a thread of its own and returns, so Spark plans and runs the next batch while
+    the server writes this one. The sink waits for that commit before the next one, so at most
+    one is in flight; Spark's checkpoint may then record a batch the server has not committed,
+    which the manager rewinds at the pipeline's next start (`rewind_checkpoint`)."""
 
     def __init__(self, spark: SparkSession, name: str, checkpoint: Path, on_batch: BatchHandler,
-                 on_failure: FailureHandler, trigger_ms: int = 100) -> None:
+                 on_failure: FailureHandler, trigger_ms: int = 100, async_commit_rows: int = 50_000) -> None:
         self.spark = spark
         self.name = name
         self.checkpoint = checkpoint
@@ -1500,6 +1506,9 @@ class StreamingPipeline:
         self._reads: _SinkReads | None = None  # what the sink takes of every batch
         # Sink.java's class, looked up once: each lookup is ~3 py4j calls (~5 ms a batch under load).
         self._sink_class: Any = None
+        self.async_commit_rows = async_commit_rows
+        self._committing: threading.Thread | None = None  # a batch's commit beside the next batch
+        self._commit_error: StreamDBError | None = None
 
     def start(self, relations: dict[int, RelationDef], views: list[ViewFlow], depth: int,
               log_spec: LogReaderSpec) -> None:
@@ -1576,7 +1585,8 @@ class StreamingPipeline:
                 self.on_failure(err)
             return
         if not self._stopping:
-            self.on_failure(StreamDBError(f"pipeline {self.name} stopped", sqlstate="XX000"))
+            # Stopped by a failed commit beside the next batch (its error), or by no one.
+            self.on_failure(self._sink_error or StreamDBError(f"pipeline {self.name} stopped", sqlstate="XX000"))
 
     def stop(self) -> None:
         self._stopping = True
@@ -1586,6 +1596,11 @@ class StreamingPipeline:
             except Exception:  # noqa: BLE001 - stopping anyway
                 log.debug("stopping pipeline %s", self.name, exc_info=True)
             self._query = None
+        # A commit still running beside the next batch lands before the pipeline is restarted (or
+        # the server ends), so the restart finds the checkpoint no further than the server.
+        committing = self._committing
+        if committing is not None:
+            committing.join()
 
     @property
     def active(self) -> bool:
@@ -1676,21 +1691,62 @@ class StreamingPipeline:
                     if result is not None and result.num_rows:
                         tables[s.view_id] = result
             committing = time.monotonic()
-            self.on_batch(batch_id, offsets, tables, errors, added, failures)
+            self._wait_for_commit()  # the previous batch's, if it went beside this one
+            waited = time.monotonic() - committing
+            beside = sum(t.num_rows for t in tables.values()) >= self.async_commit_rows and not self._stopping
+            if beside:
+                thread = threading.Thread(target=self._commit_beside, name=f"commit-{self.name}", daemon=True,
+                                          args=(batch_id, offsets, tables, errors, added, failures))
+                self._committing = thread
+                thread.start()
+            else:
+                self.on_batch(batch_id, offsets, tables, errors, added, failures)
         finally:
             if frame is not None:
                 frame.unpersist()
         self.batches += 1
         self.last_batch_ms = (time.monotonic() - started) * 1000
-        log.info("pipeline %s: batch %d in %.0f ms (sink: Spark job %.0f ms, %d rows; commit %.0f ms)", self.name,
+        log.info("pipeline %s: batch %d in %.0f ms (sink: Spark job %.0f ms, %d rows; %s %.0f ms)", self.name,
                  batch_id, self.last_batch_ms, (computed - started) * 1000, self.last_batch_rows,
-                 (time.monotonic() - committing) * 1000)
+                 "commit beside the next batch, waited for the last" if beside else "commit",
+                 (waited if beside else time.monotonic() - committing) * 1000)
         if log.isEnabledFor(logging.DEBUG) and self._query is not None:
             # Where the previous batch's time went outside the sink (offsets, planning, checkpoint).
             progress = self._query.lastProgress
             if progress:
                 log.debug("pipeline %s: batch %s durations %s", self.name, progress.get("batchId"),
                           progress.get("durationMs"))
+
+    def _wait_for_commit(self) -> None:
+        """Wait for the batch committed beside this one; its failure fails this batch too."""
+        committing = self._committing
+        if committing is not None:
+            committing.join()
+            self._committing = None
+        if self._commit_error is not None:
+            raise self._commit_error
+
+    def _commit_beside(self, batch_id: int, offsets: dict[str, Any], tables: dict[int, pa.Table],
+                       errors: dict[int, dict[str, int]], added: int, failures: dict[int, StreamDBError]) -> None:
+        from streamdb.runtime import failpoints
+
+        started = time.monotonic()
+        try:
+            failpoints.commit_beside(tables, self.checkpoint / "commits" / str(batch_id))
+            self.on_batch(batch_id, offsets, tables, errors, added, failures)
+        except Exception as e:  # noqa: BLE001 - the pipeline fails with it, and is restarted
+            error = e if isinstance(e, StreamDBError) else InternalError(f"{type(e).__name__}: {e}")
+            log.exception("pipeline %s: committing batch %d failed", self.name, batch_id)
+            self._commit_error = self._sink_error = error
+            # Spark has recorded the batch as done and gone on: the query stops, and its restart
+            # rewinds the checkpoint to the last batch committed. Stopped from a thread of its
+            # own: the sink may be waiting for this one.
+            query = self._query
+            if query is not None:
+                threading.Thread(target=query.stop, name=f"stop-{self.name}", daemon=True).start()
+            return
+        log.info("pipeline %s: batch %d committed beside the next in %.0f ms", self.name, batch_id,
+                 (time.monotonic() - started) * 1000)
 
     def _recompute(self, frame: DataFrame, s: SinkView, fresh: bool) -> pa.Table | None:
         """A recomputed view's changes: its query over the old and over the new contents of each
@@ -1828,6 +1884,50 @@ def _foreach_batch(session: SparkSession, writer: Any, sink: Callable[[Any, int]
     helper = gateway.jvm.org.apache.spark.sql.execution.streaming.sources.PythonForeachBatchHelper
     helper.callForeachBatch(writer._jwrite, _BatchFunction(sink))
     ensure_callback_server_started(gateway)
+
+
+_STATE_VERSION_FILE = re.compile(r"\.?(\d+)(?:_[0-9a-fA-F-]+)?\.(?:changelog|zip|delta|snapshot)(?:\.crc)?")
+_BATCH_FILE = re.compile(r"\.?(\d+)(?:_[0-9a-fA-F-]+)?(?:\.crc)?")
+
+
+def _batch_files(directory: Path, pattern: re.Pattern[str] = _BATCH_FILE) -> list[tuple[int, Path]]:
+    """(batch or version, file) of a checkpoint directory's files named by one (and their
+    Hadoop checksums)."""
+    if not directory.is_dir():
+        return []
+    return [(int(m.group(1)), f) for f in directory.iterdir() if (m := pattern.fullmatch(f.name)) is not None]
+
+
+def last_spark_commit(checkpoint: Path) -> int:
+    """The last batch Spark's commit log records as done (-1: none)."""
+    return max((b for b, f in _batch_files(checkpoint / "commits") if not f.name.startswith(".")), default=-1)
+
+
+def rewind_checkpoint(checkpoint: Path, committed: int) -> int:
+    """Make Spark's checkpoint end at batch `committed`, as if it had crashed within the batch
+    after it: the commit log past `committed` and the offsets past the batch after it go, and so
+    do the state versions written after `committed`'s (batch b writes version b + 1), the
+    operator metadata and schema files of later batches with them. Spark then runs `committed +
+    1` again from its logged offsets over the state it started from, and plans the batches
+    after it afresh (their old state versions, computed from other offsets, must not be read).
+    Returns how many batches the commit log had past `committed`. Safe to repeat after a crash
+    halfway: the commit log goes first, newest first."""
+    later = sorted(((b, f) for b, f in _batch_files(checkpoint / "commits") if b > committed), reverse=True)
+    for _, f in later:
+        f.unlink(missing_ok=True)
+    doomed = [f for b, f in _batch_files(checkpoint / "offsets") if b > committed + 1]
+    state = checkpoint / "state"
+    if state.is_dir():
+        for operator in state.iterdir():
+            doomed += [f for b, f in _batch_files(operator / "_metadata" / "v2") if b > committed + 1]
+            doomed += [f for b, f in _batch_files(operator / "_stateSchema" / "default") if b > committed + 1]
+            for store in operator.iterdir():
+                if store.name.isdigit():  # a partition's store (and a join's stores below it)
+                    for directory in [store, *(d for d in store.iterdir() if d.is_dir() and d.name != "SSTs")]:
+                        doomed += [f for v, f in _batch_files(directory, _STATE_VERSION_FILE) if v > committed + 1]
+    for f in doomed:
+        f.unlink(missing_ok=True)
+    return len({b for b, f in later if not f.name.startswith(".")})
 
 
 def relocate_checkpoint(checkpoint: Path) -> int:
