@@ -1579,6 +1579,9 @@ class StreamingPipeline:
             query.awaitTermination()
         except Exception as e:  # noqa: BLE001 - the query failed: report it
             if not self._stopping:
+                # A commit still running beside the failed batch lands first: landing after the
+                # failure was reported, it would clear the views' error while they wait to restart.
+                self._commit_landed()
                 err = self._sink_error or _unwrap(e) or translate_spark_error(e)
                 self._sink_error = None
                 log.warning("pipeline %s failed: %s", self.name, err.message)
@@ -1586,6 +1589,7 @@ class StreamingPipeline:
             return
         if not self._stopping:
             # Stopped by a failed commit beside the next batch (its error), or by no one.
+            self._commit_landed()
             self.on_failure(self._sink_error or StreamDBError(f"pipeline {self.name} stopped", sqlstate="XX000"))
 
     def stop(self) -> None:
@@ -1598,6 +1602,10 @@ class StreamingPipeline:
             self._query = None
         # A commit still running beside the next batch lands before the pipeline is restarted (or
         # the server ends), so the restart finds the checkpoint no further than the server.
+        self._commit_landed()
+
+    def _commit_landed(self) -> None:
+        """Wait for the commit running beside Spark's batch, if any (its failure is kept)."""
         committing = self._committing
         if committing is not None:
             committing.join()
@@ -1719,10 +1727,8 @@ class StreamingPipeline:
 
     def _wait_for_commit(self) -> None:
         """Wait for the batch committed beside this one; its failure fails this batch too."""
-        committing = self._committing
-        if committing is not None:
-            committing.join()
-            self._committing = None
+        self._commit_landed()
+        self._committing = None
         if self._commit_error is not None:
             raise self._commit_error
 
