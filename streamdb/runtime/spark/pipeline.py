@@ -1474,6 +1474,9 @@ _UNUSED_OPTIMIZER_RULES = tuple(_OPTIMIZER + r for r in (
     "EliminateAggregateFilter", "SimplifyCaseConversionExpressions"))
 
 
+SINK_ARROW_ROWS = 2_500
+
+
 class StreamingPipeline:
     """One running streaming query and its sink. The handler gets each batch's id, the source
     offsets it reflects and every view's changes (its columns then `__w`), and commits them; a
@@ -1533,6 +1536,12 @@ class StreamingPipeline:
         session._jvm.streamdb.spark.ErrorFunction.register(session._jsparkSession)  # type: ignore[union-attr]
         # Small micro-batches: fixed costs dominate (one shuffle partition per core is plenty).
         session.conf.set("spark.sql.adaptive.enabled", "false")
+        # The sink's collect makes one byte array per Arrow batch: at Spark's 10,000 rows a batch
+        # 1-2 MB, humongous objects in G1's 1 MB regions (a 768m heap), each of which could start
+        # a concurrent mark cycle: 52-58 in a backfill of Nexmark q0 over 10M events, ~5 CPU s
+        # and 10-15% of its rate. Under half a region, 2-4 (docs/benchmarks.md, "G1's concurrent
+        # cycles").
+        session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(SINK_ARROW_ROWS))
         # Spark 4.3's nested column aliasing under a generator replaced a decoded struct by the
         # fields it extracted below the routing's explode while an expression above still read
         # the whole struct: INTERNAL_ERROR_ATTRIBUTE_NOT_FOUND ("Could not find __d2"; an ASOF
