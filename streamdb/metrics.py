@@ -237,6 +237,15 @@ class EngineCollector(Collector):
             yield CounterMetricFamily("streamdb_storage_ingested_batches", "Log batches written as SST files "
                                       "of their own (large ones), not through the WAL and the memtable.",
                                       value=ingested)
+        files = getattr(storage, "sst_files", None)
+        if files is not None:
+            built = CounterMetricFamily("streamdb_storage_sst_files_built", "SST files of large batches, by "
+                                        "who built them: the helper process (without the server's GIL) or "
+                                        "the server (the helper's first build, or one it failed).",
+                                        labels=["by"])
+            built.add_metric(["helper"], files.built_by_helper)
+            built.add_metric(["server"], files.built_here)
+            yield built
 
     def _views(self) -> Iterator[Metric]:
         engine = self.engine

@@ -24,6 +24,32 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 EVERY_BATCH_THE_LARGE_WAY = {"STREAMDB_STORAGE_INGEST_BYTES": "1", "STREAMDB_PIPELINE_ASYNC_COMMIT_ROWS": "1"}
 
 
+def sst_file_helpers(pid: int) -> list[int]:
+    """The server's helper processes that build its SST files (storage/sst_files.py)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == pid and b"streamdb.storage.sst_files" in command:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_gone(pids: list[int], timeout: float = 15) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in pids if Path(f"/proc/{p}").exists()
+                 and not (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
 @pytest.fixture()
 def ingesting_server() -> Iterator[ServerProcess]:
     """A server of its own that writes every batch as a large one would be (above)."""
@@ -64,12 +90,17 @@ def test_acknowledged_writes_survive_kill_9(ingesting_server):
     for t in threads:
         t.start()
     time.sleep(2.0)
+    assert srv.proc is not None
+    helpers = sst_file_helpers(srv.proc.pid)
     srv.kill9()
     stop.set()
     for t in threads:
         t.join(timeout=30)
     assert not errors, errors
     assert len(acknowledged) > 10
+    # The helper that built the files ends with the server: its input closed.
+    assert len(helpers) == 1, helpers
+    assert wait_gone(helpers) == []
 
     srv.restart()
     with srv.connect() as c:
@@ -122,10 +153,18 @@ def test_sigterm_shuts_down_cleanly_and_loses_nothing(ingesting_server):
     thread.start()
     assert writing.wait(timeout=30)
     time.sleep(0.5)
-    # The stream's rows and the views' changes went to the log as ingested files.
-    assert value(scrape(srv), "streamdb_storage_ingested_batches_total") > 10
+    # The stream's rows and the views' changes went to the log as ingested files, built by the
+    # helper process but for the first.
+    scraped = scrape(srv)
+    assert value(scraped, "streamdb_storage_ingested_batches_total") > 10
+    assert value(scraped, "streamdb_storage_sst_files_built_total", by="helper") > 5
+    assert value(scraped, "streamdb_storage_sst_files_built_total", by="server") == 1
+    assert srv.proc is not None
+    helpers = sst_file_helpers(srv.proc.pid)
+    assert len(helpers) == 1, helpers
     started = time.monotonic()
     assert srv.stop(timeout=30) == 0
+    assert wait_gone(helpers) == []
     shutdown_seconds = time.monotonic() - started
     thread.join(timeout=30)
     ARTIFACTS.mkdir(exist_ok=True)

@@ -67,14 +67,12 @@ from typing import Any
 from rocksdict import (
     BlockBasedOptions,
     Cache,
-    DBCompressionType,
     DBRecoveryMode,
     IngestExternalFileOptions,
     Options,
     Rdict,
     RdictIter,
     ReadOptions,
-    SstFileWriter,
     WriteBatch,
     WriteOptions,
 )
@@ -87,6 +85,7 @@ from streamdb.errors import (
     StreamDBError,
 )
 from streamdb.storage.base import Append, Commit, CommitResult, Snapshot, Storage, partials_store, state_store
+from streamdb.storage.sst_files import SstFileBuilder, set_table_options
 
 log = logging.getLogger(__name__)
 
@@ -286,21 +285,6 @@ def _commit_size(commit: Commit) -> int:
     )
 
 
-BOTTOMMOST_ZSTD_LEVEL = 1
-
-
-def _compression(name: str) -> DBCompressionType:
-    kinds = {
-        "none": DBCompressionType.none,
-        "snappy": DBCompressionType.snappy,
-        "lz4": DBCompressionType.lz4,
-        "zstd": DBCompressionType.zstd,
-    }
-    if name not in kinds:
-        raise ConfigurationError(f"unknown storage compression {name!r} (use one of {', '.join(kinds)})")
-    return kinds[name]()
-
-
 class RocksDBStorage(Storage):
     """Storage in one RocksDB database directory. One process may open it read-write."""
 
@@ -333,6 +317,7 @@ class RocksDBStorage(Storage):
         self._max_group_commits = max(1, max_group_commits)
         self._max_group_bytes = max(1, max_group_bytes)
         self._options = self._make_options(write_buffer_size, block_cache_size, compression)
+        self.sst_files = SstFileBuilder(self._ingest_dir, compression)
         try:
             os.makedirs(path, exist_ok=True)
             self._db = Rdict(path, self._options)
@@ -409,24 +394,12 @@ class RocksDBStorage(Storage):
         opts.set_target_file_size_base(64 << 20)
         opts.set_max_bytes_for_level_base(256 << 20)
         opts.set_level_compaction_dynamic_level_bytes(True)
-        # Only the bottom level is compressed: the levels above it hold ~10% of the data and
-        # every byte passes through them (the flush, the first compactions, the freshest reads),
-        # so compressing them cost CPU for little disk (a 10M-event view backfill: 485k ->
-        # 522k events/s, 1,254 -> 1,326 MiB on disk; docs/storage.md, "Tuning").
-        opts.set_compression_type(DBCompressionType.none())
-        opts.set_bottommost_compression_type(_compression(compression))
-        # ZSTD level 1, not its default 3: the bottom level is where compaction rewrites the
-        # log's payloads, and level 3 took ~10 of 41 CPU s of a 10M-event view backfill on 2
-        # cores (level 1: ~5.5 s, for ~1.4x the disk; docs/storage.md, "Tuning").
-        opts.set_bottommost_compression_options(-14, BOTTOMMOST_ZSTD_LEVEL, 0, 0, True)
         opts.set_bytes_per_sync(1 << 20)
         opts.set_wal_recovery_mode(DBRecoveryMode.point_in_time())
         opts.set_keep_log_file_num(5)
         table = BlockBasedOptions()
-        table.set_block_size(32 << 10)
         table.set_block_cache(Cache(block_cache_size))
-        table.set_format_version(5)
-        opts.set_block_based_table_factory(table)
+        set_table_options(opts, compression, table)  # compression and blocks, as ingested files'
         return opts
 
     def _check_format(self) -> int:
@@ -623,6 +596,7 @@ class RocksDBStorage(Storage):
                 self._closed = True
                 self._queue.put(_STOP)  # after every commit enqueued before close
             self._writer.join()
+            self.sst_files.close()
             with self._lock:
                 snapshots = list(self._snapshots)
                 self._snapshots.clear()
@@ -751,13 +725,11 @@ class RocksDBStorage(Storage):
 
     def _ingest(self, key: bytes, payload: bytes) -> None:
         """One batch as an SST file of its own (compressed as the bottom level is), moved into the
-        database. Outside the snapshots' lock: writing the file takes ~100 ms for 30 MB."""
-        path = os.path.join(self._ingest_dir, f"{self._ingested}.sst")
+        database. Outside the snapshots' lock: writing the file takes ~100 ms for 30 MB (by the
+        helper process of sst_files.py, without the GIL)."""
+        path = os.path.join(self._ingest_dir, f"{os.getpid()}-{self._ingested}.sst")
         self._ingested += 1
-        writer = SstFileWriter(self._options)
-        writer.open(path)
-        writer[key] = payload
-        writer.finish()
+        self.sst_files.build(path, key, payload)
         options = IngestExternalFileOptions()
         options.set_move_files(True)
         try:
