@@ -141,3 +141,28 @@ def test_storage_ingests_files_the_helper_built_and_ends_it_at_close(tmp_path: P
 def test_build_sst_here_and_by_the_helper_read_the_same(tmp_path: Path) -> None:
     build_sst(sst_options("zstd"), str(tmp_path / "here.sst"), b"h", b"payload")
     assert _read_back(tmp_path, [(str(tmp_path / "here.sst"), b"h")]) == {b"h": b"payload"}
+
+
+def test_a_hung_helper_is_killed_and_its_file_built_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper that does not answer (stopped by SIGSTOP) within the timeout is killed; the file
+    is built here and the next build starts a new helper."""
+    import streamdb.storage.sst_files as sst_files
+
+    monkeypatch.setattr(sst_files, "ANSWER_TIMEOUT_S", 0.5)
+    builder = SstFileBuilder(str(tmp_path), "zstd")
+    try:
+        builder.build(str(tmp_path / "a.sst"), b"a", b"1" * 100)
+        builder.build(str(tmp_path / "b.sst"), b"b", b"2" * 100)
+        hung = builder.helper_pid
+        assert hung is not None and builder.built_by_helper == 1
+        os.kill(hung, signal.SIGSTOP)
+        builder.build(str(tmp_path / "c.sst"), b"c", b"3" * 100)
+        assert builder.helper_pid is None and _gone(hung)
+        builder.build(str(tmp_path / "d.sst"), b"d", b"4" * 100)
+        builder.build(str(tmp_path / "e.sst"), b"e", b"5" * 100)
+        assert (builder.built_here, builder.built_by_helper) == (3, 2)
+    finally:
+        builder.close()
+    names = ["a", "b", "c", "d", "e"]
+    files = [(str(tmp_path / f"{n}.sst"), n.encode()) for n in names]
+    assert _read_back(tmp_path, files) == {n.encode(): str(i + 1).encode() * 100 for i, n in enumerate(names)}
