@@ -148,16 +148,17 @@ def test_a_hung_helper_is_killed_and_its_file_built_here(tmp_path: Path, monkeyp
     is built here and the next build starts a new helper."""
     import streamdb.storage.sst_files as sst_files
 
-    monkeypatch.setattr(sst_files, "ANSWER_TIMEOUT_S", 0.5)
     builder = SstFileBuilder(str(tmp_path), "zstd")
     try:
         builder.build(str(tmp_path / "a.sst"), b"a", b"1" * 100)
-        builder.build(str(tmp_path / "b.sst"), b"b", b"2" * 100)
+        builder.build(str(tmp_path / "b.sst"), b"b", b"2" * 100)  # the helper started: no timeout yet
         hung = builder.helper_pid
         assert hung is not None and builder.built_by_helper == 1
+        monkeypatch.setattr(sst_files, "ANSWER_TIMEOUT_S", 0.5)
         os.kill(hung, signal.SIGSTOP)
         builder.build(str(tmp_path / "c.sst"), b"c", b"3" * 100)
         assert builder.helper_pid is None and _gone(hung)
+        monkeypatch.setattr(sst_files, "ANSWER_TIMEOUT_S", 120.0)  # the next helper may start slowly
         builder.build(str(tmp_path / "d.sst"), b"d", b"4" * 100)
         builder.build(str(tmp_path / "e.sst"), b"e", b"5" * 100)
         assert (builder.built_here, builder.built_by_helper) == (3, 2)
