@@ -167,3 +167,28 @@ def test_a_hung_helper_is_killed_and_its_file_built_here(tmp_path: Path, monkeyp
     names = ["a", "b", "c", "d", "e"]
     files = [(str(tmp_path / f"{n}.sst"), n.encode()) for n in names]
     assert _read_back(tmp_path, files) == {n.encode(): str(i + 1).encode() * 100 for i, n in enumerate(names)}
+
+
+def test_a_helper_that_answers_half_a_line_and_hangs_is_killed(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timeout holds for the whole answer line: a helper that writes part of one and stops
+    answering is killed, and the file is built here."""
+    import sys
+
+    import streamdb.storage.sst_files as sst_files
+
+    half = "import sys, time; sys.stdin.readline(); sys.stdout.write('{\"ok'); sys.stdout.flush(); time.sleep(60)"
+    monkeypatch.setattr(sst_files, "helper_command", lambda compression: [sys.executable, "-c", half])
+    monkeypatch.setattr(sst_files, "ANSWER_TIMEOUT_S", 1.0)
+    builder = SstFileBuilder(str(tmp_path), "zstd")
+    try:
+        builder.build(str(tmp_path / "a.sst"), b"a", b"1" * 100)  # starts the (fake) helper
+        hung = builder.helper_pid
+        assert hung is not None
+        builder.build(str(tmp_path / "b.sst"), b"b", b"2" * 100)
+        assert builder.helper_pid is None and _gone(hung)
+        assert (builder.built_here, builder.built_by_helper) == (2, 0)
+    finally:
+        builder.close()
+    files = [(str(tmp_path / "a.sst"), b"a"), (str(tmp_path / "b.sst"), b"b")]
+    assert _read_back(tmp_path, files) == {b"a": b"1" * 100, b"b": b"2" * 100}

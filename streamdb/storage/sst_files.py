@@ -30,6 +30,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rocksdict import BlockBasedOptions, DBCompressionType, Options, SstFileWriter
@@ -88,6 +89,10 @@ def build_sst(options: Options, path: str, key: bytes, payload: bytes) -> None:
     writer.finish()
 
 
+def helper_command(compression: str) -> list[str]:
+    return [sys.executable, "-m", "streamdb.storage.sst_files", compression]
+
+
 class _HelperLost(Exception):
     pass
 
@@ -141,7 +146,7 @@ class SstFileBuilder:
             p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
         try:
             self._helper = subprocess.Popen(
-                [sys.executable, "-m", "streamdb.storage.sst_files", self._compression],
+                helper_command(self._compression),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         except Exception as exc:  # noqa: BLE001 - no helper (no interpreter to run it): files are built here
             log.warning("storage: could not start the SST file helper (%s); building files in the server", exc)
@@ -157,18 +162,30 @@ class SstFileBuilder:
             request = {"payload": handoff, "path": path, "key": key.hex()}
             helper.stdin.write(json.dumps(request).encode() + b"\n")
             helper.stdin.flush()
-            ready, _, _ = select.select([helper.stdout], [], [], ANSWER_TIMEOUT_S)
-            if not ready:
-                raise _HelperLost(f"no answer in {ANSWER_TIMEOUT_S:.0f} s")
-            line = helper.stdout.readline()
-            if not line:
-                raise _HelperLost(f"exited with status {helper.wait()}")
-            answer = json.loads(line)
+            answer = json.loads(self._answer(helper))
             if "error" in answer:
                 raise _HelperLost(answer["error"])
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(handoff)
+
+    @staticmethod
+    def _answer(helper: subprocess.Popen[bytes]) -> bytes:
+        """The helper's answer line, read from its pipe (not through the pipe's buffered reader) so
+        that the timeout holds for the whole line, a part of one included."""
+        assert helper.stdout is not None
+        fd = helper.stdout.fileno()
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        line = b""
+        while not line.endswith(b"\n"):
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise _HelperLost(f"no answer in {ANSWER_TIMEOUT_S:.0f} s")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise _HelperLost(f"its output ended (exit status {helper.poll()})")
+            line += chunk
+        return line
 
     def _stop_helper(self) -> None:
         helper, self._helper = self._helper, None
