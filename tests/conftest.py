@@ -130,7 +130,7 @@ class ServerProcess:
         for pgid in self.process_groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            while _live_group_members(pgid) and time.monotonic() < deadline:
+            while live_group_members(pgid) and time.monotonic() < deadline:
                 time.sleep(0.05)
         self.process_groups = [self.proc.pid] if self.proc is not None and self.proc.poll() is None else []
 
@@ -141,7 +141,7 @@ class ServerProcess:
 _STARTED: list[ServerProcess] = []
 
 
-def _live_group_members(pgid: int) -> list[int]:
+def live_group_members(pgid: int) -> list[int]:
     """Processes of the group that still run (a container's init may leave zombies unreaped)."""
     members = []
     for stat_file in Path("/proc").glob("[0-9]*/stat"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import ServerProcess, own_server
+from tests.conftest import ServerProcess, live_group_members, own_server
 from tests.test_e2e_metrics import scrape, value
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -24,30 +25,24 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 EVERY_BATCH_THE_LARGE_WAY = {"STREAMDB_STORAGE_INGEST_BYTES": "1", "STREAMDB_PIPELINE_ASYNC_COMMIT_ROWS": "1"}
 
 
-def sst_file_helpers(pid: int) -> list[int]:
-    """The server's helper processes that build its SST files (storage/sst_files.py)."""
+def sst_file_helpers(srv: ServerProcess) -> list[int]:
+    """The server's helper processes that build its SST files (storage/sst_files.py): in the
+    server's process group, as everything it starts."""
+    assert srv.proc is not None
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        if ppid == pid and b"streamdb.storage.sst_files" in command:
-            found.append(int(entry.name))
+    for pid in live_group_members(srv.proc.pid):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if b"streamdb.storage.sst_files" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
     return found
 
 
-def wait_gone(pids: list[int], timeout: float = 15) -> list[int]:
+def wait_gone(srv: ServerProcess, timeout: float = 15) -> list[int]:
+    """The server's SST file helpers still alive after up to `timeout` s."""
     deadline = time.monotonic() + timeout
-    while True:
-        alive = [p for p in pids if Path(f"/proc/{p}").exists()
-                 and not (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")]
-        if not alive or time.monotonic() > deadline:
-            return alive
+    while (alive := sst_file_helpers(srv)) and time.monotonic() < deadline:
         time.sleep(0.1)
+    return alive
 
 
 @pytest.fixture()
@@ -90,8 +85,7 @@ def test_acknowledged_writes_survive_kill_9(ingesting_server):
     for t in threads:
         t.start()
     time.sleep(2.0)
-    assert srv.proc is not None
-    helpers = sst_file_helpers(srv.proc.pid)
+    helpers = sst_file_helpers(srv)
     srv.kill9()
     stop.set()
     for t in threads:
@@ -100,7 +94,7 @@ def test_acknowledged_writes_survive_kill_9(ingesting_server):
     assert len(acknowledged) > 10
     # The helper that built the files ends with the server: its input closed.
     assert len(helpers) == 1, helpers
-    assert wait_gone(helpers) == []
+    assert wait_gone(srv) == []
 
     srv.restart()
     with srv.connect() as c:
@@ -159,12 +153,10 @@ def test_sigterm_shuts_down_cleanly_and_loses_nothing(ingesting_server):
     assert value(scraped, "streamdb_storage_ingested_batches_total") > 10
     assert value(scraped, "streamdb_storage_sst_files_built_total", by="helper") > 5
     assert value(scraped, "streamdb_storage_sst_files_built_total", by="server") == 1
-    assert srv.proc is not None
-    helpers = sst_file_helpers(srv.proc.pid)
-    assert len(helpers) == 1, helpers
+    assert len(sst_file_helpers(srv)) == 1
     started = time.monotonic()
     assert srv.stop(timeout=30) == 0
-    assert wait_gone(helpers) == []
+    assert wait_gone(srv) == []
     shutdown_seconds = time.monotonic() - started
     thread.join(timeout=30)
     ARTIFACTS.mkdir(exist_ok=True)

@@ -44,7 +44,7 @@ def _gone(pid: int, timeout: float = 10) -> bool:
 def test_the_helper_builds_every_file_after_the_first(tmp_path: Path) -> None:
     """The first build starts the helper and is done here; the next go to the helper. The files
     hold their key and payload, compressed as the database's bottom level is."""
-    builder = SstFileBuilder(str(tmp_path), "zstd")
+    builder = SstFileBuilder("zstd")
     payloads = [bytes([i]) * 200_000 + os.urandom(1000) for i in range(4)]
     files = [(str(tmp_path / f"{i}.sst"), b"L%08d" % i) for i in range(4)]
     try:
@@ -66,7 +66,7 @@ def test_the_helper_builds_every_file_after_the_first(tmp_path: Path) -> None:
 def test_a_lost_helper_is_replaced_and_its_file_built_here(tmp_path: Path) -> None:
     """A helper killed between builds: that build is done here, the next starts a new helper;
     after MAX_STARTS of them every file is built here."""
-    builder = SstFileBuilder(str(tmp_path), "lz4")
+    builder = SstFileBuilder("lz4")
     files: list[tuple[str, bytes]] = []
     payloads: list[bytes] = []
 
@@ -103,7 +103,7 @@ def test_a_lost_helper_is_replaced_and_its_file_built_here(tmp_path: Path) -> No
 def test_a_build_the_helper_fails_is_done_here_and_fails_here_too(tmp_path: Path) -> None:
     """A file that cannot be written (its directory is gone) fails in the helper, then here: the
     commit gets the error."""
-    builder = SstFileBuilder(str(tmp_path), "zstd")
+    builder = SstFileBuilder("zstd")
     try:
         builder.build(str(tmp_path / "a.sst"), b"a", b"x" * 100)
         with pytest.raises(Exception, match="(?i)no such file|not found|IO error"):
@@ -148,7 +148,7 @@ def test_a_hung_helper_is_killed_and_its_file_built_here(tmp_path: Path, monkeyp
     is built here and the next build starts a new helper."""
     import streamdb.storage.sst_files as sst_files
 
-    builder = SstFileBuilder(str(tmp_path), "zstd")
+    builder = SstFileBuilder("zstd")
     try:
         builder.build(str(tmp_path / "a.sst"), b"a", b"1" * 100)
         builder.build(str(tmp_path / "b.sst"), b"b", b"2" * 100)  # the helper started: no timeout yet
@@ -180,7 +180,7 @@ def test_a_helper_that_answers_half_a_line_and_hangs_is_killed(tmp_path: Path,
     half = "import sys, time; sys.stdin.readline(); sys.stdout.write('{\"ok'); sys.stdout.flush(); time.sleep(60)"
     monkeypatch.setattr(sst_files, "helper_command", lambda compression: [sys.executable, "-c", half])
     monkeypatch.setattr(sst_files, "ANSWER_TIMEOUT_S", 1.0)
-    builder = SstFileBuilder(str(tmp_path), "zstd")
+    builder = SstFileBuilder("zstd")
     try:
         builder.build(str(tmp_path / "a.sst"), b"a", b"1" * 100)  # starts the (fake) helper
         hung = builder.helper_pid

@@ -317,7 +317,7 @@ class RocksDBStorage(Storage):
         self._max_group_commits = max(1, max_group_commits)
         self._max_group_bytes = max(1, max_group_bytes)
         self._options = self._make_options(write_buffer_size, block_cache_size, compression)
-        self.sst_files = SstFileBuilder(self._ingest_dir, compression)
+        self.sst_files = SstFileBuilder(compression)
         try:
             os.makedirs(path, exist_ok=True)
             self._db = Rdict(path, self._options)

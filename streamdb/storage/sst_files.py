@@ -101,13 +101,11 @@ class SstFileBuilder:
     """Builds the SST files of one storage directory's ingestions. One thread calls `build`
     (the storage's writer); `close` comes after its last call."""
 
-    def __init__(self, directory: str, compression: str) -> None:
-        self._directory = directory
+    def __init__(self, compression: str) -> None:
         self._compression = compression
         self._options = sst_options(compression)
         self._helper: subprocess.Popen[bytes] | None = None
         self._starts = 0
-        self._payloads = 0  # names the payload files
         self.built_by_helper = 0
         self.built_here = 0
 
@@ -125,9 +123,7 @@ class SstFileBuilder:
             except Exception as exc:  # noqa: BLE001 - whatever the helper did, the file is built here
                 log.warning("storage: the SST file helper (pid %d) failed (%s); building the file in the "
                             "server", helper.pid, exc)
-                self._stop_helper()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)  # what it left of the file
+                self._stop_helper()  # what it left at `path`, the build here overwrites
         elif self._starts < MAX_STARTS:
             self._start_helper()  # for the next build: this one is done here while it starts
         build_sst(self._options, path, key, payload)
@@ -154,8 +150,7 @@ class SstFileBuilder:
 
     def _build_by(self, helper: subprocess.Popen[bytes], path: str, key: bytes, payload: bytes) -> None:
         assert helper.stdin is not None and helper.stdout is not None
-        self._payloads += 1
-        handoff = os.path.join(self._directory, f"{os.getpid()}-{self._payloads}.payload")
+        handoff = path + ".payload"
         try:
             with open(handoff, "wb") as f:
                 f.write(payload)
