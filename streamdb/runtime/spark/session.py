@@ -384,7 +384,38 @@ COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 # on q17 at 1M events but 26% slower on q5 at 4M.
 JIT_THRESHOLDS = ("-XX:Tier4InvocationThreshold=150000 -XX:Tier4MinInvocationThreshold=20000 "
                   "-XX:Tier4CompileThreshold=450000 -XX:Tier4BackEdgeThreshold=1200000")
-EXECUTOR_JAVA_OPTIONS = f"{COMPILE_HUGE_METHODS} {JIT_THRESHOLDS}"
+# ...except the code every row runs through, which gets C2 at HotSpot's default thresholds (1/30 of
+# the above, per method: CompileThresholdScaling also makes its C1 compile come sooner). A backfill
+# of a few large batches spent its first one in C1's profiled code: Nexmark q8 over 10M preloaded
+# events, its first batch 35 -> 25-27 s and the view 63 -> 48-51 s (docs/benchmarks.md, "The JIT's
+# thresholds for the per-row code"). The planner's methods keep the raised thresholds.
+ROW_CODE = (
+    "org/apache/spark/sql/catalyst/expressions/GeneratedClass*",  # whole-stage and projection codegen
+    "org/apache/spark/sql/catalyst/expressions/Unsafe*",
+    "org/apache/spark/sql/catalyst/expressions/codegen/Unsafe*",
+    "org/apache/spark/sql/catalyst/expressions/json/*",
+    "org/apache/spark/sql/catalyst/json/*",  # the rows between layers (from_json, to_json)
+    "org/apache/spark/sql/catalyst/util/*",
+    "org/apache/spark/sql/catalyst/encoders/ExpressionEncoder*",
+    "org/apache/spark/sql/execution/streaming/state/*",  # the state stores
+    "org/apache/spark/sql/execution/streaming/operators/*",  # transformWithState's operator
+    "org/apache/spark/sql/execution/arrow/*",
+    "org/apache/spark/sql/execution/BufferedRowIterator*",
+    "org/apache/spark/sql/execution/UnsafeExternalRowSorter*",
+    "org/apache/spark/util/collection/*",
+    "org/apache/spark/unsafe/*",
+    "com/fasterxml/jackson/*",
+    "org/apache/arrow/*",
+    "org/rocksdb/*",
+    "streamdb/spark/*",  # the view engine's operators (jvm/)
+    "scala/collection/Iterator*",
+)
+ROW_CODE_SCALING = 1 / 30
+# `quiet` first: each CompileCommand is otherwise echoed on the JVM's stdout.
+ROW_CODE_COMPILE_COMMANDS = " ".join(
+    ["-XX:CompileCommand=quiet"]
+    + [f"-XX:CompileCommand=CompileThresholdScaling,{pattern}.*,{ROW_CODE_SCALING:.4f}" for pattern in ROW_CODE])
+EXECUTOR_JAVA_OPTIONS = f"{COMPILE_HUGE_METHODS} {JIT_THRESHOLDS} {ROW_CODE_COMPILE_COMMANDS}"
 MALLOC_ARENA_MAX = "2"  # the JVMs' malloc arenas (_build_session)
 DRIVER_MEMORY = "768m"  # the driver JVM's heap (spark_conf)
 SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
@@ -474,6 +505,7 @@ class SparkRuntime:
             *cds.java_options(),  # Spark's classes mapped from an archive: half the start time
             COMPILE_HUGE_METHODS,
             JIT_THRESHOLDS,
+            ROW_CODE_COMPILE_COMMANDS,
         ]
         conf: dict[str, str] = {
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
