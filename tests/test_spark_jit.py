@@ -32,10 +32,9 @@ def test_every_row_code_pattern_parses_and_the_jvm_echoes_none(tmp_path: Path) -
     assert [line.split()[2] for line in echoed] == [f"{pattern}.*" for pattern in session.ROW_CODE]
     assert all(line.endswith("= 0.033300") for line in echoed), echoed
 
-    for options in (session.EXECUTOR_JAVA_OPTIONS,
-                    SparkRuntime("local[2]", work_dir=str(tmp_path)).spark_conf()["spark.driver.extraJavaOptions"]):
-        assert session.ROW_CODE_COMPILE_COMMANDS in options
-        jit = [o for o in options.split() if "Tier4" in o or "CompileCommand" in o]
-        quiet = _java_version(jit)
-        assert quiet.returncode == 0, quiet.stderr
-        assert "CompileCommand" not in quiet.stdout + quiet.stderr
+    conf = SparkRuntime("local[2]", work_dir=str(tmp_path)).spark_conf()
+    for role in ("driver", "executor"):
+        assert session.JIT_OPTIONS in conf[f"spark.{role}.extraJavaOptions"]
+    quiet = _java_version(session.JIT_OPTIONS.split())
+    assert quiet.returncode == 0, quiet.stderr
+    assert "CompileCommand" not in quiet.stdout + quiet.stderr

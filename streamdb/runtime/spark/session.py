@@ -415,7 +415,8 @@ ROW_CODE_SCALING = 1 / 30
 ROW_CODE_COMPILE_COMMANDS = " ".join(
     ["-XX:CompileCommand=quiet"]
     + [f"-XX:CompileCommand=CompileThresholdScaling,{pattern}.*,{ROW_CODE_SCALING:.4f}" for pattern in ROW_CODE])
-EXECUTOR_JAVA_OPTIONS = f"{COMPILE_HUGE_METHODS} {JIT_THRESHOLDS} {ROW_CODE_COMPILE_COMMANDS}"
+# The driver and (on a cluster) the executors: one string, so that neither misses a later option.
+JIT_OPTIONS = f"{COMPILE_HUGE_METHODS} {JIT_THRESHOLDS} {ROW_CODE_COMPILE_COMMANDS}"
 MALLOC_ARENA_MAX = "2"  # the JVMs' malloc arenas (_build_session)
 DRIVER_MEMORY = "768m"  # the driver JVM's heap (spark_conf)
 SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
@@ -503,9 +504,7 @@ class SparkRuntime:
             # start deletes), not into whatever directory the server was started from.
             f"-XX:ErrorFile={self.base_dir / 'hs_err_pid%p.log'}",
             *cds.java_options(),  # Spark's classes mapped from an archive: half the start time
-            COMPILE_HUGE_METHODS,
-            JIT_THRESHOLDS,
-            ROW_CODE_COMPILE_COMMANDS,
+            JIT_OPTIONS,
         ]
         conf: dict[str, str] = {
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
@@ -522,7 +521,7 @@ class SparkRuntime:
             "spark.local.dir": str(work / "spark-local"),
             "spark.sql.catalogImplementation": "in-memory",
             "spark.driver.extraJavaOptions": " ".join(java_opts),
-            "spark.executor.extraJavaOptions": EXECUTOR_JAVA_OPTIONS,  # on a cluster, as in the driver
+            "spark.executor.extraJavaOptions": JIT_OPTIONS,  # on a cluster, as in the driver
             "spark.executorEnv.MALLOC_ARENA_MAX": MALLOC_ARENA_MAX,  # as the driver's (_build_session)
             "spark.pyspark.python": sys.executable,
             # The driver's heap fills to what it is given (the rows between layers are its main
