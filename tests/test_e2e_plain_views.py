@@ -311,14 +311,13 @@ def test_view_survives_restart(fresh_server: ServerProcess) -> None:
     # (from the state store, or from the log for the append-only view), then backfilled again.
     # Checkpoints of an older state layout are dropped at start, which comes to the same.
     pipelines = fresh_server.data_dir / "spark" / "pipelines"
-    assert (pipelines / "STATE_LAYOUT").read_text().strip() == "3"
-    (pipelines / "STATE_LAYOUT").write_text("2\n")
-    old_files = [d / "left-by-layout-2" for d in pipelines.iterdir() if d.is_dir()]
-    assert {f.parent.name.split("-r")[0] for f in old_files} == {"depth-0", "depth-1"}
+    assert (pipelines / "STATE_LAYOUT").read_text().strip() == "2"
+    (pipelines / "STATE_LAYOUT").write_text("1\n")
+    old_files = [pipelines / "depth-1" / "left-by-layout-1", pipelines / "depth-0" / "left-by-layout-1"]
     for f in old_files:
         f.write_text("")
     fresh_server.restart()
-    assert (pipelines / "STATE_LAYOUT").read_text().strip() == "3"
+    assert (pipelines / "STATE_LAYOUT").read_text().strip() == "2"
     assert not any(f.exists() for f in old_files)
     with fresh_server.connect() as c:
         c.execute("INSERT INTO clicks VALUES (4, 900)")

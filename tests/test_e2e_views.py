@@ -903,11 +903,6 @@ def test_late_events_reach_no_join(conn, unique):
     conn.execute(f"DROP TABLE {right} CASCADE")
 
 
-def _pipeline_of(conn, view: str) -> str:
-    """The name of the view's pipeline (depth-<layers>-r<its inputs' smallest relation id>)."""
-    return {r[0]: r[9] for r in conn.execute("SHOW QUERIES").fetchall()}[view].removeprefix("pipeline ")
-
-
 def _pipeline_state_rows(srv) -> dict[str, float]:
     import urllib.request
 
@@ -961,14 +956,12 @@ def test_emit_on_window_close_frees_closed_windows_state_and_survives_kill_9(fre
         # the last committed batch: the emitted rows end their groups in the batches after them.
         deadline = time.monotonic() + 90
         rows = _pipeline_state_rows(fresh_server)
-        pipe = _pipeline_of(conn, "closed")
-        assert pipe.startswith("depth-1-r")
-        while rows.get(pipe, 1e9) > 10 and time.monotonic() < deadline:
+        while rows.get("depth-1", 1e9) > 10 and time.monotonic() < deadline:
             conn.execute("INSERT INTO bids VALUES (0, 0, '2024-01-01 00:49:59')")
             conn.execute("FLUSH")
             time.sleep(1)
             rows = _pipeline_state_rows(fresh_server)
-        assert rows.get(pipe, 1e9) <= 10, rows
+        assert rows.get("depth-1", 1e9) <= 10, rows
 
 
 def test_state_rows_metric_counts_the_join_state_through_deletes_and_kill_9(fresh_server):
@@ -983,15 +976,14 @@ def test_state_rows_metric_counts_the_join_state_through_deletes_and_kill_9(fres
         conn.execute("FLUSH")
         assert conn.execute("SELECT count(*) FROM lr").fetchone() == (1500,)
         # 300 left rows and 100 right rows, each under its key, and each of the 20 keys' row counts
-        pipe = _pipeline_of(conn, "lr")
-        assert _pipeline_state_rows(fresh_server) == {pipe: 420.0}
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 420.0}
         # The executor's state stores share one block cache in shards large enough for an SST's
         # filter and index blocks (BlockCache.java): 256 MiB in 4.
         assert "state store block cache: 256 MiB in 4 shards" in fresh_server.log_path.read_text()
         conn.execute("DELETE FROM l WHERE id <= 50")
         conn.execute("UPDATE r SET w = 'changed' WHERE id <= 10")  # a row out, a row in
         conn.execute("FLUSH")
-        assert _pipeline_state_rows(fresh_server) == {pipe: 370.0}
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 370.0}
     fresh_server.kill9()
     fresh_server.start()
     with fresh_server.connect() as conn:
@@ -999,28 +991,28 @@ def test_state_rows_metric_counts_the_join_state_through_deletes_and_kill_9(fres
         deadline = time.monotonic() + 120  # the pipeline starts once Spark is up
         while not _pipeline_state_rows(fresh_server) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _pipeline_state_rows(fresh_server) == {pipe: 370.0}
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 370.0}
         conn.execute("INSERT INTO r VALUES (1000, 3, 'new')")
         conn.execute("DELETE FROM r WHERE id = 100")
         conn.execute("FLUSH")
-        assert _pipeline_state_rows(fresh_server) == {pipe: 370.0}
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 370.0}
         conn.execute("DELETE FROM l")
         conn.execute("DELETE FROM r")
         conn.execute("FLUSH")
         assert conn.execute("SELECT count(*) FROM lr").fetchone() == (0,)
-        assert _pipeline_state_rows(fresh_server) == {pipe: 0.0}
-        # The pipeline's last view dropped: its checkpoint and state store go with it, and the next
-        # view over the same inputs starts a pipeline at a path of its own, from its inputs.
+        assert _pipeline_state_rows(fresh_server) == {"depth-1": 0.0}
+        # The depth's last view dropped: its pipeline's checkpoint and state store go with it, and
+        # the next view of that depth starts a pipeline at a path of its own, from its inputs.
         conn.execute("INSERT INTO l VALUES (1, 1, 'a'), (2, 2, 'b')")
         conn.execute("INSERT INTO r VALUES (1, 1, 'x')")
         conn.execute("FLUSH")
         pipelines = fresh_server.data_dir / "spark" / "pipelines"
-        assert (pipelines / pipe / "state").is_dir()
+        assert (pipelines / "depth-1" / "state").is_dir()
         conn.execute("DROP MATERIALIZED VIEW lr")
         deadline = time.monotonic() + 60
-        while (pipelines / pipe).exists() and time.monotonic() < deadline:
+        while (pipelines / "depth-1").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not (pipelines / pipe).exists()
+        assert not (pipelines / "depth-1").exists()
         assert _pipeline_state_rows(fresh_server) == {}
         for name in ("lr2", "lr3"):  # again once the next generation's view is dropped too
             conn.execute(f"CREATE MATERIALIZED VIEW {name} AS SELECT l.id, l.v, r.w FROM l JOIN r ON l.k = r.k")
@@ -1028,15 +1020,14 @@ def test_state_rows_metric_counts_the_join_state_through_deletes_and_kill_9(fres
             assert conn.execute(f"SELECT id, v, w FROM {name}").fetchall() == [(1, "a", "x")]
             assert conn.execute(f"SELECT id, v, w FROM {name}").fetchall() == conn.execute(
                 "SELECT l.id, l.v, r.w FROM l JOIN r ON l.k = r.k").fetchall()
-            assert _pipeline_of(conn, name) == pipe
-            assert _pipeline_state_rows(fresh_server)[pipe] > 0
+            assert _pipeline_state_rows(fresh_server)["depth-1"] > 0
             conn.execute(f"DROP MATERIALIZED VIEW {name}")
         conn.execute("CREATE MATERIALIZED VIEW lr4 AS SELECT l.id, l.v, r.w FROM l JOIN r ON l.k = r.k")
         conn.execute("FLUSH")
         assert conn.execute("SELECT id, v, w FROM lr4").fetchall() == [(1, "a", "x")]
         # Its pipeline runs in a later generation's directory; the first one's is gone for good.
-        assert any(d.name.startswith(pipe + ".") and (d / "state").is_dir() for d in pipelines.iterdir())
-        assert not (pipelines / pipe).exists()
+        assert any(d.name.startswith("depth-1.") and (d / "state").is_dir() for d in pipelines.iterdir())
+        assert not (pipelines / "depth-1").exists()
 
 
 def test_a_view_spark_cannot_run_says_why(fresh_server):
@@ -1193,15 +1184,10 @@ def test_aggregates_are_maintained_incrementally_on_the_pipelines(server, conn, 
     assert sorted(conn.execute(f"SELECT * FROM pt_sum_{unique}").fetchall()) == [("a", 4, 1), ("c", 7, 1)]
     status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
     assert {status[name] for name in views} == {"running (incremental)"}
-    # Views of one depth over the same inputs share one streaming query: the stream's aggregates
-    # one, the table's another, the linear views a third.
+    # Views of one depth share one streaming query: the aggregates one, the linear views another.
     job = {r[0]: r[9] for r in conn.execute("SHOW QUERIES").fetchall()}
-    stream_aggregates = {job[f"{v}_{unique}"] for v in ("pa", "pw", "pd")}
-    table_aggregates = {job[f"{v}_{unique}"] for v in ("pt_sum", "pt_min")}
-    linear = {job[f"{v}_{unique}"] for v in ("pl1", "pl2")}
-    assert len(stream_aggregates) == len(table_aggregates) == len(linear) == 1
-    assert stream_aggregates != table_aggregates
-    assert stream_aggregates.pop().startswith("pipeline depth-1-r") and linear.pop().startswith("pipeline depth-0-r")
+    assert {job[f"{v}_{unique}"] for v in ("pa", "pw", "pd", "pt_sum", "pt_min")} == {"pipeline depth-1"}
+    assert {job[f"{v}_{unique}"] for v in ("pl1", "pl2")} == {"pipeline depth-0"}
 
 
 def test_views_created_while_events_arrive_equal_batch(server, conn, unique):
@@ -1677,51 +1663,3 @@ def test_the_spark_jvm_yields_the_cores_to_the_server(server, conn, unique):
     threads = {tid: nice for tid, nice in threads.items() if nice is not None}  # threads come and go
     assert len(threads) > 20 and set(threads.values()) == {min(own + 10, 19)}, threads
     conn.execute(f"DROP STREAM {s} CASCADE")
-
-
-def test_views_over_other_inputs_run_in_pipelines_of_their_own(server, conn, unique):
-    """Views of one depth share a pipeline only when their inputs overlap: a change runs batches
-    of the pipelines reading it, not of every view. A view over both groups' inputs joins one of
-    their pipelines, and no view moves (a move would rebuild its state)."""
-    a, b = f"ga_{unique}", f"gb_{unique}"
-    conn.execute(f"CREATE TABLE {a} (id INT PRIMARY KEY, grp TEXT, v INT)")
-    conn.execute(f"CREATE TABLE {b} (id INT PRIMARY KEY, grp TEXT, w INT)")
-    conn.execute(f"INSERT INTO {a} VALUES (1, 'x', 1), (2, 'y', 2), (3, 'x', 3)")
-    conn.execute(f"INSERT INTO {b} VALUES (1, 'x', 10), (4, 'z', 40)")
-    views = {f"gva_{unique}": f"SELECT grp, count(*) AS n, sum(v) AS total FROM {a} GROUP BY grp",
-             f"gvb_{unique}": f"SELECT grp, max(w) AS hi FROM {b} GROUP BY grp"}
-    create_views(server, views)
-    check_views(conn, views)
-    pa, pb = _pipeline_of(conn, f"gva_{unique}"), _pipeline_of(conn, f"gvb_{unique}")
-    assert pa != pb and pa.startswith("depth-1-r") and pb.startswith("depth-1-r")
-
-    def batches(pipe: str) -> int:
-        return server.log_path.read_text(errors="replace").count(f"pipeline {pipe}: batch ")
-
-    before_a, before_b = batches(pa), batches(pb)
-    for i in range(5, 8):
-        conn.execute(f"INSERT INTO {a} VALUES ({i}, 'y', {i})")
-        conn.execute("FLUSH")
-    assert batches(pa) > before_a
-    assert batches(pb) == before_b  # b's pipeline ran nothing for a's changes
-    check_views(conn, views)
-
-    # A join of both tables (one stateful layer, as the aggregates) joins the pipeline of one
-    # of its inputs; the views already running stay where they are (nothing is rebuilt).
-    joined = f"gvab_{unique}"
-    views[joined] = f"SELECT {a}.id, {a}.grp, {a}.v, {b}.w FROM {a} JOIN {b} ON {a}.id = {b}.id"
-    conn.execute(f"CREATE MATERIALIZED VIEW {joined} AS {views[joined]}")
-    assert _pipeline_of(conn, joined) == pa
-    assert _pipeline_of(conn, f"gva_{unique}") == pa and _pipeline_of(conn, f"gvb_{unique}") == pb
-    conn.execute(f"INSERT INTO {b} VALUES (2, 'y', 20), (5, 'y', 50)")
-    conn.execute(f"UPDATE {a} SET v = v + 100 WHERE grp = 'x'")
-    check_views(conn, views)
-    conn.execute(f"DROP MATERIALIZED VIEW {joined}")
-    del views[joined]
-    conn.execute(f"DELETE FROM {b} WHERE id = 4")
-    conn.execute(f"INSERT INTO {a} VALUES (9, 'z', 9)")
-    check_views(conn, views)
-    assert _pipeline_of(conn, f"gva_{unique}") == pa and _pipeline_of(conn, f"gvb_{unique}") == pb
-    assert sorted(conn.execute(f"SELECT * FROM gvb_{unique}").fetchall()) == [("x", 10), ("y", 50)]
-    conn.execute(f"DROP TABLE {a} CASCADE")
-    conn.execute(f"DROP TABLE {b} CASCADE")

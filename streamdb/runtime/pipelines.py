@@ -1,11 +1,9 @@
 """Which view runs in which streaming pipeline, and what the server does with their batches.
 
 Views whose query has a dataflow (planner/dataflow.py) are maintained by Spark Structured
-Streaming pipelines (runtime/spark/pipeline.py): one per number of stateful layers and group of
-inputs (`assign_pipelines`: a view joins a pipeline of its depth that reads one of its inputs),
-so a new view restarts only the pipeline it joins, and a change runs batches of the pipelines
-reading it only (a push query's view runs in one of its own, `push-N`, removed with its
-checkpoint when the push query ends). For each view the
+Streaming pipelines (runtime/spark/pipeline.py): one per number of stateful layers, so a new
+view restarts only the pipeline of its depth (a push query's view runs in one of its own,
+`PUSH_PIPELINES`, removed with its checkpoint when the push query ends). For each view the
 manager keeps, in the view's stored progress (`view:<id>` in the meta store, beside the epoch
 driver's fields):
 
@@ -77,7 +75,7 @@ _BROKEN = "broken"
 PLAN_VERSION = "2"  # 2: timestamps and dates as integers in row and key JSON
 # The stateful operators' state variables (DeltaProcessor.java), written in the checkpoints'
 # directory; a checkpoint of another layout is dropped at start (drop_stale_checkpoints).
-STATE_LAYOUT = "3"  # 2: two map variables per layer, not four; 3: pipelines named by depth and inputs
+STATE_LAYOUT = "2"  # 2: two map variables per layer, not four
 LAYOUT_FILE = "STATE_LAYOUT"
 
 
@@ -122,7 +120,7 @@ class _Failed:
 
 @dataclass
 class _Running:
-    name: str  # its key here and in the meta store (assign_pipelines, or push-<view id>)
+    depth: int
     pipeline: Any  # StreamingPipeline
     key: tuple[tuple[int, str], ...]  # (view id, fingerprint) of its views
     views: dict[int, D.Dataflow]
@@ -138,7 +136,7 @@ class _Running:
 class _ViewState:
     """A view's pipeline bookkeeping, as stored."""
 
-    pipeline: str  # its pipeline's name: another one (or an older form) means a rebuild
+    depth: int
     gen: int
     ops_base: int
     joins: dict[int, tuple[int, ...]]
@@ -151,15 +149,14 @@ class _ViewState:
     log_from: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "gen": self.gen, "ops_base": self.ops_base,
+        return {"depth": self.depth, "gen": self.gen, "ops_base": self.ops_base,
                 "joins": {str(k): list(v) for k, v in self.joins.items()}, "fp": self.fp, "batch": self.batch,
                 "done": self.done, "closed_until": self.closed_until,
                 LOG_FROM: self.log_from}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> _ViewState:
-        # "depth": the pipeline's key before pipelines were split by inputs (an int): rebuilt.
-        return _ViewState(str(d.get("pipeline", d.get("depth"))), d["gen"], d["ops_base"], {int(k): tuple(v) for k, v in d["joins"].items()},
+        return _ViewState(d["depth"], d["gen"], d["ops_base"], {int(k): tuple(v) for k, v in d["joins"].items()},
                           d["fp"], d.get("batch", -1), d.get("done", False),
                           d.get("closed_until"), d.get(LOG_FROM))
 
@@ -179,56 +176,32 @@ _NEVER = (1 << 64) - 1
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _state_rows_key(name: str) -> bytes:
-    return f"pipeline-state-rows:{name}".encode()
+def _state_rows_key(depth: int) -> bytes:
+    return f"pipeline-state-rows:{depth}".encode()
 
 
-def _committed_batch_key(name: str) -> bytes:
-    """The last batch of the name's pipeline the server committed: Spark's checkpoint may be a
+def _committed_batch_key(depth: int) -> bytes:
+    """The last batch of the depth's pipeline the server committed: Spark's checkpoint may be a
     batch ahead of it (a large batch is committed beside the next one), and is rewound to it at
     the pipeline's start."""
-    return f"pipeline-committed-batch:{name}".encode()
+    return f"pipeline-committed-batch:{depth}".encode()
 
 
-def _checkpoint_generation_key(name: str) -> bytes:
-    """How many times the name's pipeline lost its last view (its checkpoint's path suffix)."""
-    return f"pipeline-checkpoint-generation:{name}".encode()
+def _checkpoint_generation_key(depth: int) -> bytes:
+    """How many times the depth's pipeline lost its last view (its checkpoint's path suffix)."""
+    return f"pipeline-checkpoint-generation:{depth}".encode()
 
 
-# A push query's view (transient_views.py) runs in a pipeline of its own, `push-<view id>`:
-# starting it restarts no one else's pipeline, and its operator state goes with its checkpoint
-# when the push query ends (a dropped view's state otherwise stays in its pipeline's state
-# store). Past the setting `push_pipelines` of them, more share their inputs' pipeline.
-PUSH_PREFIX = "push-"
+# Pipelines are keyed by their views' depth, but a push query's view (transient_views.py) runs
+# in a pipeline of its own, keyed from here on: starting it restarts no one else's pipeline, and
+# its operator state goes with its checkpoint when the push query ends (a dropped view's state
+# otherwise stays in its depth's state store). Past the setting `push_pipelines` of them, more
+# share their depth's pipeline.
+PUSH_PIPELINES = 1 << 30
 
 
-def is_push(name: str) -> bool:
-    return name.startswith(PUSH_PREFIX)
-
-
-def assign_pipelines(views: dict[int, tuple[int, list[int]]], stored: dict[int, str]) -> dict[int, str]:
-    """The pipeline of each view, from its (depth, relations it reads) and the pipeline it already
-    runs in (`stored`, kept while it has the same depth). A view new to the pipelines joins a
-    pipeline of its depth that reads one of its inputs, else starts one named
-    `depth-<depth>-r<its smallest relation id>`. So views of a depth share a pipeline only when
-    their inputs overlap: a batch runs only the operators of views whose inputs changed, and a
-    new view restarts only the pipeline it joins. A view never moves: moving would rebuild its
-    state in the other pipeline, and its rows would read as partial until then."""
-    reads: dict[str, set[int]] = {}
-    out: dict[int, str] = {}
-    for vid, (depth, relations) in sorted(views.items()):
-        name = stored.get(vid)
-        if name is not None and name.startswith(f"depth-{depth}-"):
-            out[vid] = name
-            reads.setdefault(name, set()).update(relations)
-    for vid, (depth, relations) in sorted(views.items()):
-        if vid in out:
-            continue
-        prefix = f"depth-{depth}-"
-        sharing = sorted(n for n, rs in reads.items() if n.startswith(prefix) and rs & set(relations))
-        out[vid] = sharing[0] if sharing else f"{prefix}r{min(relations, default=0)}"
-        reads.setdefault(out[vid], set()).update(relations)
-    return out
+def pipeline_name(key: int) -> str:
+    return f"push-{key - PUSH_PIPELINES}" if key >= PUSH_PIPELINES else f"depth-{key}"
 
 
 def _micros(value: Any) -> int | None:
@@ -250,7 +223,7 @@ class PipelineManager:
         self._sync_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self.synced_version = -1
-        self._running: dict[str, _Running] = {}  # by pipeline name
+        self._running: dict[int, _Running] = {}
         self._strategies: dict[int, tuple[int, D.ViewStrategy]] = {}
         self._states: dict[int, _ViewState] = {}
         self._owned: set[int] = set()
@@ -258,7 +231,7 @@ class PipelineManager:
         self._closing: dict[int, _CloseSpec] = {}  # EMIT ON WINDOW CLOSE views
         self._next_ops: int | None = None  # see FIRST_ALLOCATED_OPS
         self._failed: dict[int, _Failed] = {}  # views whose batch could not be applied
-        self._push_keys: dict[int, str | None] = {}  # push queries' views: their own pipeline, chosen once
+        self._push_keys: dict[int, int] = {}  # push queries' views: their pipeline, chosen once
         self._holds: dict[int, _Hold] = {}  # push queries' views: their inputs as of the start
 
     # ---- strategy -------------------------------------------------------------------------
@@ -286,16 +259,15 @@ class PipelineManager:
         self._strategies[view.id] = (catalog.version, strategy)
         return strategy
 
-    def _own_pipeline(self, view: RelationDef) -> str | None:
-        """A push query's view's own pipeline (chosen once, while fewer than `push_pipelines` run),
-        or None: the view runs in its inputs' pipeline."""
+    def _pipeline_key(self, view: RelationDef, dataflow: D.Dataflow) -> int:
         if not view.transient:
-            return None
-        if view.id not in self._push_keys:
-            own = sum(1 for k in self._push_keys.values() if k is not None)
-            self._push_keys[view.id] = (f"{PUSH_PREFIX}{view.id}" if own < self.engine.settings.push_pipelines
-                                        else None)
-        return self._push_keys[view.id]
+            return dataflow.depth()
+        key = self._push_keys.get(view.id)
+        if key is None:
+            own = sum(1 for k in self._push_keys.values() if k >= PUSH_PIPELINES)
+            key = PUSH_PIPELINES + view.id if own < self.engine.settings.push_pipelines else dataflow.depth()
+            self._push_keys[view.id] = key
+        return key
 
     def owns(self, view_id: int) -> bool:
         """Whether the view is maintained by a pipeline (the epoch driver leaves it alone)."""
@@ -321,9 +293,8 @@ class PipelineManager:
             catalog = self.engine.catalog.snapshot()
             self._strategies = {k: v for k, v in self._strategies.items() if catalog.by_id(k) is not None}
             self._push_keys = {k: v for k, v in self._push_keys.items() if catalog.by_id(k) is not None}
-            wanted: dict[str, dict[int, D.Dataflow]] = {}
+            wanted: dict[int, dict[int, D.Dataflow]] = {}
             owned: set[int] = set()
-            grouped: dict[int, D.Dataflow] = {}
             for view in topological(catalog):
                 strategy = self.strategy(view, catalog)
                 st = self.maintainer.status_of(view.id)
@@ -331,23 +302,15 @@ class PipelineManager:
                 if strategy.dataflow is None:
                     st.pipeline = None
                     continue
+                depth = self._pipeline_key(view, strategy.dataflow)
+                wanted.setdefault(depth, {})[view.id] = strategy.dataflow
                 owned.add(view.id)
-                own = self._own_pipeline(view)
-                if own is None:
-                    grouped[view.id] = strategy.dataflow
-                else:
-                    wanted.setdefault(own, {})[view.id] = strategy.dataflow
-                    st.pipeline = own
-            stored = self._stored_pipelines(grouped)
-            groups = assign_pipelines({vid: (df.depth(), df.relations()) for vid, df in grouped.items()}, stored)
-            for vid, df in grouped.items():
-                wanted.setdefault(groups[vid], {})[vid] = df
-                self.maintainer.status_of(vid).pipeline = groups[vid]
+                st.pipeline = pipeline_name(depth)
             self._owned = owned
             now = time.monotonic()
-            for name in sorted(set(wanted) | set(self._running)):
-                views = wanted.get(name, {})
-                running = self._running.get(name)
+            for depth in sorted(set(wanted) | set(self._running)):
+                views = wanted.get(depth, {})
+                running = self._running.get(depth)
                 key = tuple(sorted((vid, fingerprint(df)) for vid, df in views.items()))
                 if running is not None and running.key == key:
                     if running.retry_at is None or running.retry_at > now:
@@ -358,20 +321,8 @@ class PipelineManager:
                     running.views = views
                     running.key = key
                     continue
-                self._restart(name, views, key, catalog, running)
+                self._restart(depth, views, key, catalog, running)
             self.synced_version = catalog.version
-
-    def _stored_pipelines(self, views: dict[int, D.Dataflow]) -> dict[int, str]:
-        """The pipeline each view runs in, as stored with its state (loaded from the meta store for
-        views not started since the server started)."""
-        out = {vid: st.pipeline for vid, st in self._states.items() if vid in views}
-        missing = [vid for vid in views if vid not in out]
-        if missing:
-            with self.engine.storage.snapshot() as snap:
-                for vid in missing:
-                    if (state := self._load_state(vid, snap)) is not None:
-                        out[vid] = state.pipeline
-        return out
 
     @staticmethod
     def _only_dropped(running: _Running, views: dict[int, D.Dataflow], catalog: CatalogSnapshot) -> bool:
@@ -383,44 +334,45 @@ class PipelineManager:
             return False
         return all(catalog.by_id(rid) is not None for df in running.views.values() for rid in df.relations())
 
-    def _restart(self, name: str, views: dict[int, D.Dataflow], key: tuple[tuple[int, str], ...],
+    def _restart(self, depth: int, views: dict[int, D.Dataflow], key: tuple[tuple[int, str], ...],
                  catalog: CatalogSnapshot, running: _Running | None) -> None:
         from streamdb.runtime.spark.pipeline import StreamingPipeline, ViewFlow
 
         t0 = time.monotonic()
+        name = pipeline_name(depth)
         if running is not None:
             running.pipeline.stop()
-            del self._running[name]
+            del self._running[depth]
         log.info("pipeline %s: stopped in %.0f ms", name, (time.monotonic() - t0) * 1000)
         if not views:
             # Its last view was dropped (or its push query ended): every entry of its state store is a
             # dropped operator's, so the state goes with the checkpoint. The stopped query's state
-            # stores may still write into that directory for a while, so the name's next pipeline
+            # stores may still write into that directory for a while, so the depth's next pipeline
             # starts at a path of its own (a new generation), never at this one.
-            generation = self._checkpoint_generation(name)
-            old = self._checkpoint(name, generation)
-            commit = Commit(deletes=[(META, _state_rows_key(name)), (META, _committed_batch_key(name))])
-            if not is_push(name):
-                commit.puts.append((META, _checkpoint_generation_key(name), str(generation + 1).encode()))
+            generation = self._checkpoint_generation(depth)
+            old = self._checkpoint(depth, generation)
+            commit = Commit(deletes=[(META, _state_rows_key(depth)), (META, _committed_batch_key(depth))])
+            if depth < PUSH_PIPELINES:
+                commit.puts.append((META, _checkpoint_generation_key(depth), str(generation + 1).encode()))
             self.engine.storage.commit(commit)
             shutil.rmtree(old, ignore_errors=True)
             log.info("pipeline %s: no views left, its checkpoint and state removed", name)
             return
         engine = self.engine
-        checkpoint = self._checkpoint(name)
+        checkpoint = self._checkpoint(depth)
         fresh = not (checkpoint / "offsets").exists()
         commit = Commit()
-        rows_key = _state_rows_key(name)
+        rows_key = _state_rows_key(depth)
         flows = []
         now = dt.datetime.now(dt.UTC)
         with engine.storage.snapshot() as snap:
             if fresh:
-                commit.deletes.extend([(META, rows_key), (META, _committed_batch_key(name))])
+                commit.deletes.extend([(META, rows_key), (META, _committed_batch_key(depth))])
                 state_rows: int | None = 0
             else:
                 raw = snap.get(META, rows_key)
                 state_rows = int(raw) if raw is not None else None
-                self._rewind(name, checkpoint, snap, commit)
+                self._rewind(depth, checkpoint, snap, commit)
             for gone in [k for k in self._failed if catalog.by_id(k) is None]:  # dropped views
                 del self._failed[gone]
             # A failed view stays out of the pipeline until its backoff ends (`retry_at` brings
@@ -438,7 +390,7 @@ class PipelineManager:
                     failed.rebuilding = True  # its stored state names no plan: rebuilt below
                 state = self._load_state(vid, snap)
                 fp = fingerprint(df)
-                if state is None or state.fp != fp or state.pipeline != name or fresh:
+                if state is None or state.fp != fp or state.depth != depth or fresh:
                     gen = 0 if state is None else state.gen + 1
                     # A view's own log (EMIT ON WINDOW CLOSE: its emitted rows end their groups'
                     # state) is read from now on only: what earlier generations emitted is not this
@@ -449,7 +401,7 @@ class PipelineManager:
                              for ends in [engine.reader.end_offsets(rel, snap)]}
                     retracted = self._retract_all(view, state, snap, commit, now)
                     log_from = snap.end_offset(vid, 0) + retracted if self._log_only(view, df) else None
-                    state = _ViewState(name, gen, self._allocate_ops(snap, commit), joins, fp, log_from=log_from)
+                    state = _ViewState(depth, gen, self._allocate_ops(snap, commit), joins, fp, log_from=log_from)
                     for open_key, _ in snap.scan(partials_store(vid), _OPEN):
                         commit.deletes.append((partials_store(vid), open_key))
                     commit.deletes.append((META, f"view-errors:{vid}".encode()))  # recomputed too
@@ -464,49 +416,49 @@ class PipelineManager:
                 self._errors_of(vid, snap)
                 self._show_errors(vid)
                 self._show_healing(vid, state.done)
-                flows.append(ViewFlow(vid, df, state.ops_base, state.joins, self._hold_of(vid, df, name, fresh)))
+                flows.append(ViewFlow(vid, df, state.ops_base, state.joins, self._hold_of(vid, df, depth, fresh)))
         if commit.puts or commit.appends or commit.deletes:
             engine.storage.commit(commit)
         relations = {rid: rel for f in flows for rid in f.dataflow.relations()
                      if (rel := catalog.by_id(rid)) is not None}
         spark = engine.spark
         assert spark is not None
-        pipeline = StreamingPipeline(spark.session(), name, checkpoint, partial(self._on_batch, name),
-                                     partial(self._on_failure, name),
+        pipeline = StreamingPipeline(spark.session(), name, checkpoint, partial(self._on_batch, depth),
+                                     partial(self._on_failure, depth),
                                      async_commit_rows=engine.settings.pipeline_async_commit_rows)
-        entry = _Running(name, pipeline, key, views, state_rows=state_rows)
+        entry = _Running(depth, pipeline, key, views, state_rows=state_rows)
         if running is not None:
             entry.failures = running.failures
         if waiting:
             entry.retry_at = min(self._failed[vid].retry_at for vid in waiting)
-        self._running[name] = entry
+        self._running[depth] = entry
         try:
             t1 = time.monotonic()
-            layers = max(df.depth() for df in views.values())
+            layers = depth if depth < PUSH_PIPELINES else max(df.depth() for df in views.values())
             pipeline.start(relations, flows, layers, self._log_spec())
             log.info("pipeline %s: %d views, started in %.0f ms", name, len(flows),
                      (time.monotonic() - t1) * 1000)
         except StreamDBError as e:
             log.warning("pipeline %s did not start: %s", name, e.message)
-            self._on_failure(name, e)
+            self._on_failure(depth, e)
 
-    def _rewind(self, name: str, checkpoint: Path, snap: Any, commit: Commit) -> None:
+    def _rewind(self, depth: int, checkpoint: Path, snap: Any, commit: Commit) -> None:
         """Spark's checkpoint back to the last batch the server committed. A large batch's commit
         runs beside Spark's next batch (StreamingPipeline), by when Spark has recorded the batch
         as done: a crash before the commit lands would skip it. Rewound, Spark runs it again from
         its logged offsets and the state it started from, as after any crash within a batch."""
         from streamdb.runtime.spark.pipeline import last_spark_commit, rewind_checkpoint
 
-        raw = snap.get(META, _committed_batch_key(name))
+        raw = snap.get(META, _committed_batch_key(depth))
         if raw is None:
             # A checkpoint from before the key was kept: every batch Spark recorded was committed
             # first, inside its sink.
-            commit.puts.append((META, _committed_batch_key(name), str(last_spark_commit(checkpoint)).encode()))
+            commit.puts.append((META, _committed_batch_key(depth), str(last_spark_commit(checkpoint)).encode()))
             return
         batches = rewind_checkpoint(checkpoint, int(raw))
         if batches:
             log.warning("pipeline %s: its checkpoint rewound by %d batch(es) to batch %d, the last the "
-                        "server committed; Spark runs the rest again", name, batches, int(raw))
+                        "server committed; Spark runs the rest again", pipeline_name(depth), batches, int(raw))
 
     def hold(self, view_id: int, offsets: dict[int, tuple[int, ...]]) -> None:
         """Before a push query's view is added: the inputs' offsets as of the push query's start."""
@@ -518,13 +470,13 @@ class PipelineManager:
         held = self._holds.pop(view_id, None)
         return None if held is None or held.missed else held.log_end
 
-    def _hold_of(self, view_id: int, dataflow: D.Dataflow, name: str, fresh: bool) -> dict[int, tuple[int, ...]] | None:
+    def _hold_of(self, view_id: int, dataflow: D.Dataflow, depth: int, fresh: bool) -> dict[int, tuple[int, ...]] | None:
         held = self._holds.get(view_id)
         if held is None or held.log_end is not None or held.missed:
             return None
         # Other views share the pipeline, it went past already, or the statement did not note
         # every log the pipeline reads.
-        if not is_push(name) or not fresh or not set(dataflow.relations()) <= set(held.offsets):
+        if depth < PUSH_PIPELINES or not fresh or not set(dataflow.relations()) <= set(held.offsets):
             held.missed = True
             return None
         return held.offsets
@@ -557,17 +509,17 @@ class PipelineManager:
         commit.puts.append((META, NEXT_OPS_KEY, str(self._next_ops).encode()))
         return base
 
-    def _checkpoint(self, name: str, generation: int | None = None) -> Path:
+    def _checkpoint(self, depth: int, generation: int | None = None) -> Path:
         if generation is None:
-            generation = self._checkpoint_generation(name)
-        return self._checkpoints() / (name + (f".{generation}" if generation else ""))
+            generation = self._checkpoint_generation(depth)
+        return self._checkpoints() / (pipeline_name(depth) + (f".{generation}" if generation else ""))
 
-    def _checkpoint_generation(self, name: str) -> int:
+    def _checkpoint_generation(self, depth: int) -> int:
         """0 for a push query's pipeline: its path is never reused."""
-        if is_push(name):
+        if depth >= PUSH_PIPELINES:
             return 0
         with self.engine.storage.snapshot() as snap:
-            raw = snap.get(META, _checkpoint_generation_key(name))
+            raw = snap.get(META, _checkpoint_generation_key(depth))
         return int(raw) if raw is not None else 0
 
     def _checkpoints(self) -> Path:
@@ -670,7 +622,7 @@ class PipelineManager:
 
     # ---- batches --------------------------------------------------------------------------------
 
-    def _on_batch(self, name: str, batch_id: int, offsets: dict[str, Any], tables: dict[int, pa.Table],
+    def _on_batch(self, depth: int, batch_id: int, offsets: dict[str, Any], tables: dict[int, pa.Table],
                   errors: dict[int, dict[str, int]], state_rows_added: int,
                   failures: dict[int, StreamDBError]) -> None:
         """A pipeline batch's changes, per view: committed with the offsets they reflect (called
@@ -682,7 +634,7 @@ class PipelineManager:
 
         engine = self.engine
         started = time.monotonic()
-        running = self._running.get(name)
+        running = self._running.get(depth)
         if running is None:
             return
         with self._commit_lock:
@@ -739,11 +691,11 @@ class PipelineManager:
                     progress: dict[str, Any] = {"epoch": st.epochs + (1 if done else 0)}
                     if done:
                         progress["inputs"] = {str(k): list(v) for k, v in processed.items()}
-                    new_state = _ViewState(state.pipeline, state.gen, state.ops_base, state.joins, state.fp, batch_id,
+                    new_state = _ViewState(state.depth, state.gen, state.ops_base, state.joins, state.fp, batch_id,
                                            done, closed_until=closed_until, log_from=state.log_from)
                     self._stage_state(vid, new_state, snap, commit, progress)
                     applied.append((vid, done, processed, closed_until))
-            commit.puts.append((META, _committed_batch_key(name), str(batch_id).encode()))
+            commit.puts.append((META, _committed_batch_key(depth), str(batch_id).encode()))
             if not applied and not broken:
                 # A replay every view reflects (or none of its views takes): only the batch is
                 # recorded, so the next start does not rewind to before it.
@@ -751,7 +703,7 @@ class PipelineManager:
                 return
             state_rows = None if running.state_rows is None else running.state_rows + state_rows_added
             if state_rows is not None:
-                commit.puts.append((META, _state_rows_key(name), str(state_rows).encode()))
+                commit.puts.append((META, _state_rows_key(depth), str(state_rows).encode()))
             engine.storage.commit(commit)
             running.state_rows = state_rows
             engine.metrics.committed(commit)
@@ -944,8 +896,8 @@ class PipelineManager:
             log.debug("view %s: %d changes to windows already emitted, not applied", view.name, late)
         return Counter({row: n for row, n in out.items() if n}), new_closed
 
-    def _on_failure(self, name: str, error: StreamDBError) -> None:
-        running = self._running.get(name)
+    def _on_failure(self, depth: int, error: StreamDBError) -> None:
+        running = self._running.get(depth)
         if running is None:
             return
         running.failures += 1
@@ -957,7 +909,7 @@ class PipelineManager:
             st = self.maintainer.status_of(vid)
             st.error, st.error_sqlstate = error.message, error.sqlstate
             st.error_in_rows = False
-        log.warning("pipeline %s failed (retry in %.0fs): %s", name, delay, error.message)
+        log.warning("pipeline %s failed (retry in %.0fs): %s", pipeline_name(depth), delay, error.message)
         self.maintainer.progressed(wake=True)
 
     def release_failed(self, view_id: int) -> set[int]:
@@ -985,10 +937,10 @@ class PipelineManager:
 
     def state_rows(self) -> dict[str, int]:
         """Entries each pipeline keeps in Spark's state stores, as of its last committed batch."""
-        return {r.name: r.state_rows for r in self._running.values() if r.state_rows is not None}
+        return {pipeline_name(r.depth): r.state_rows for r in self._running.values() if r.state_rows is not None}
 
     def describe(self) -> list[tuple[str, int, bool, int]]:
         """(pipeline, views, active, batches) of each pipeline, for SHOW PIPELINES-like output."""
-        return [(r.name, len(r.views), bool(r.pipeline.active), r.pipeline.batches)
+        return [(pipeline_name(r.depth), len(r.views), bool(r.pipeline.active), r.pipeline.batches)
                 for r in self._running.values()]
 
