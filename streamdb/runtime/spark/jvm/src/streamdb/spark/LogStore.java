@@ -20,12 +20,34 @@ import org.rocksdb.RocksIterator;
 final class LogStore {
   private static final Map<String, LogStore> OPEN = new HashMap<>();
   private final RocksDB db;
+  private volatile long caughtUpAt = System.nanoTime() - (1L << 40);  // of the last catchUp()
 
   private LogStore(RocksDB db) {
     this.db = db;
   }
 
   static synchronized LogStore open(String path) {
+    LogStore store = opened(path);
+    store.catchUp();
+    return store;
+  }
+
+  /**
+   * The store for a trigger's end offsets, caught up unless a catch-up ran in the last
+   * `maxAgeNanos`: every pipeline's trigger polls the log's end (10 times a second), and each
+   * catch-up reads the primary's MANIFEST and WAL (mostly system time), so idle pipelines would
+   * cost in proportion to their number. Writes within that age show at the next trigger. Readers
+   * use open(): the rows up to a batch's end offsets must be visible to them.
+   */
+  static synchronized LogStore openRecent(String path, long maxAgeNanos) {
+    LogStore store = opened(path);
+    if (System.nanoTime() - store.caughtUpAt > maxAgeNanos) {
+      store.catchUp();
+    }
+    return store;
+  }
+
+  private static LogStore opened(String path) {
     LogStore store = OPEN.get(path);
     if (store == null) {
       try {
@@ -37,12 +59,12 @@ final class LogStore {
       }
       OPEN.put(path, store);
     }
-    store.catchUp();
     return store;
   }
 
   synchronized void catchUp() {
     try {
+      caughtUpAt = System.nanoTime();
       db.tryCatchUpWithPrimary();
     } catch (RocksDBException e) {
       throw new IllegalStateException("cannot follow the log: " + e.getMessage(), e);

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -27,6 +28,9 @@ import org.apache.spark.sql.types.StructType;
 final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
   static final long CHUNK = 125_000;
   static final long MAX_ROWS = 250_000;
+  // Triggers of several pipelines within this of each other share one catch-up with the log
+  // (LogStore.openRecent); one pipeline's triggers (100 ms apart) always catch up.
+  static final long SHARED_CATCH_UP_NANOS = 50_000_000L;
   static final int SEED_RELATION = -1;
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -41,17 +45,30 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
   }
 
   static final class LogOffset extends Offset {
-    final ObjectNode value;
+    final ObjectNode value;  // never changed once the offset is made
+    private String json;
 
     LogOffset(ObjectNode value) {
       this.value = value;
     }
 
+    // Kept: Spark compares offsets by their JSON (Offset.equals) and writes it into each trigger's
+    // progress, several times a trigger, and the offset names every view of the pipeline.
     @Override
     public String json() {
-      return value.toString();
+      if (json == null) {
+        json = value.toString();
+      }
+      return json;
     }
   }
+
+  // The last trigger's answer and what it was computed from: an idle pipeline's trigger (10 a
+  // second) then reads the log's ends and returns the same offset, without building it again.
+  private Offset lastStart;
+  private long lastLimit;
+  private long[] lastEnds;
+  private LogOffset lastLatest;
 
   static ObjectNode parse(String json) {
     try {
@@ -95,11 +112,17 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     ObjectNode start = ((LogOffset) startOffset).value;
     long[] left = {limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE};
+    LogStore store = LogStore.openRecent(plan.get("log").get("path").asText(), SHARED_CATCH_UP_NANOS);
+    long[] endsNow = endOffsets(store);
+    if (lastLatest != null && lastLimit == left[0] && Arrays.equals(lastEnds, endsNow)
+        && (lastStart == startOffset || lastStart.json().equals(startOffset.json()))) {
+      return lastLatest;
+    }
     JsonNode views = plan.get("views");
     Map<String, long[]> floors = floors(views);
     ObjectNode out = JSON.createObjectNode();
     ObjectNode rels = out.putObject("rels");
-    LogStore store = LogStore.open(plan.get("log").get("path").asText());
+    int at = 0;
     Map<String, long[]> startsOf = new LinkedHashMap<>();
     for (Iterator<Map.Entry<String, JsonNode>> it = plan.get("relations").fields(); it.hasNext(); ) {
       Map.Entry<String, JsonNode> e = it.next();
@@ -120,7 +143,7 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
       long[] held = hold != null && hold.has(rid) ? longs(hold.get(rid), parts) : null;
       ArrayNode ends = rels.putArray(rid);
       for (int p = 0; p < parts; p++) {
-        long end = store.endOffset(Long.parseLong(rid), p);
+        long end = endsNow[at++];
         long lo = starts == null ? end : starts[p];
         if (held != null) {
           end = Math.min(end, Math.max(lo, held[p]));
@@ -147,7 +170,25 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
         }
       }
     }
-    return new LogOffset(out);
+    lastStart = startOffset;
+    lastLimit = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE;
+    lastEnds = endsNow;
+    lastLatest = new LogOffset(out);
+    return lastLatest;
+  }
+
+  /** Each relation's partitions' ends, in the plan's order of relations and partitions. */
+  private long[] endOffsets(LogStore store) {
+    List<Long> ends = new ArrayList<>();
+    for (Iterator<Map.Entry<String, JsonNode>> it = plan.get("relations").fields(); it.hasNext(); ) {
+      Map.Entry<String, JsonNode> e = it.next();
+      long rid = Long.parseLong(e.getKey());
+      int parts = e.getValue().get("partitions").asInt();
+      for (int p = 0; p < parts; p++) {
+        ends.add(store.endOffset(rid, p));
+      }
+    }
+    return ends.stream().mapToLong(Long::longValue).toArray();
   }
 
   /**
