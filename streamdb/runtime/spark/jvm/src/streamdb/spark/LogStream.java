@@ -111,13 +111,14 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
   @Override
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     ObjectNode start = ((LogOffset) startOffset).value;
-    long[] left = {limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE};
+    long maxRows = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE;
     LogStore store = LogStore.openRecent(plan.get("log").get("path").asText(), SHARED_CATCH_UP_NANOS);
     long[] endsNow = endOffsets(store);
-    if (lastLatest != null && lastLimit == left[0] && Arrays.equals(lastEnds, endsNow)
-        && (lastStart == startOffset || lastStart.json().equals(startOffset.json()))) {
-      return lastLatest;
+    if (lastLatest != null && lastLimit == maxRows && Arrays.equals(lastEnds, endsNow)
+        && lastStart.equals(startOffset)) {
+      return lastLatest;  // Offset.equals compares the (kept) JSON
     }
+    long[] left = {maxRows};
     JsonNode views = plan.get("views");
     Map<String, long[]> floors = floors(views);
     ObjectNode out = JSON.createObjectNode();
@@ -171,7 +172,7 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
       }
     }
     lastStart = startOffset;
-    lastLimit = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE;
+    lastLimit = maxRows;
     lastEnds = endsNow;
     lastLatest = new LogOffset(out);
     return lastLatest;
