@@ -49,6 +49,9 @@ class Settings(BaseModel):
     # view maintenance is background work, so a client's INSERT or read gets a core first when
     # both want one (docs/views.md, "Sharing the cores with the server"). 0: the server's own priority.
     spark_nice: int = Field(10, ge=0, le=19)
+    # More options for the Spark JVMs (the driver; the executors on a cluster), after StreamDB's own
+    # (the class archive, the JIT's thresholds), so an option given here wins over theirs.
+    spark_jvm_options: str | None = None
     # Start Spark at server start (in the background). Tests of the wire layer may turn it off.
     spark_enabled: bool = True
     max_connections: int = Field(100, ge=1)

@@ -54,6 +54,12 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+# The test servers' Spark JVMs compile with C1 only: each lives for a few tests over small data,
+# where C2's compiles never pay for themselves (a third of the suite's JVM CPU went to compiler
+# threads; docs/testing.md). A test's extra_env may set its own.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 class ServerProcess:
     """One server process with its own data directory; restartable on the same directory and port."""
 
@@ -78,7 +84,7 @@ class ServerProcess:
         return f"postgresql://streamdb@{self.host}:{self.port}/streamdb"
 
     def start(self, timeout: float = 60) -> None:
-        env = {**os.environ, **self.extra_env}
+        env = {"STREAMDB_SPARK_JVM_OPTIONS": TEST_JVM_OPTIONS, **os.environ, **self.extra_env}
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process's life
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamdb.cli", "serve", "--host", self.host, "--port", str(self.port),

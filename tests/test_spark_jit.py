@@ -7,9 +7,11 @@ without it, so a mistyped pattern would silently leave the per-row code at the p
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from conftest import TEST_JVM_OPTIONS
 
 from streamdb.runtime.spark import cds, session
 from streamdb.runtime.spark.session import SparkRuntime
@@ -38,3 +40,30 @@ def test_every_row_code_pattern_parses_and_the_jvm_echoes_none(tmp_path: Path) -
     quiet = _java_version(session.JIT_OPTIONS.split())
     assert quiet.returncode == 0, quiet.stderr
     assert "CompileCommand" not in quiet.stdout + quiet.stderr
+
+
+def test_spark_jvm_options_come_after_streamdbs_own_in_both_roles(tmp_path: Path) -> None:
+    """Settings.spark_jvm_options: appended, so that HotSpot's last-one-wins lets them override
+    the JIT thresholds (the tests' servers run C1 only this way: conftest.TEST_JVM_OPTIONS)."""
+    extra = "-XX:TieredStopAtLevel=1 -Dstreamdb.test=1"
+    conf = SparkRuntime("local[2]", work_dir=str(tmp_path), jvm_options=f"  {extra} ").spark_conf()
+    for role in ("driver", "executor"):
+        opts = conf[f"spark.{role}.extraJavaOptions"]
+        assert opts.endswith(f"{session.JIT_OPTIONS} {extra}"), opts
+    plain = SparkRuntime("local[2]", work_dir=str(tmp_path)).spark_conf()
+    assert plain["spark.executor.extraJavaOptions"] == session.JIT_OPTIONS
+    assert plain["spark.driver.extraJavaOptions"].endswith(session.JIT_OPTIONS)
+
+
+def test_the_servers_spark_jvm_runs_with_the_configured_options(server) -> None:
+    """End to end: STREAMDB_SPARK_JVM_OPTIONS (the suite's TEST_JVM_OPTIONS) reaches the JVM the
+    server launches, after the JIT thresholds it overrides."""
+    with server.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM generate_series(1, 3)").fetchone() == (3,)
+    pid_file = server.data_dir / "spark" / "jvm.pid"
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    args = Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes().decode().split("\0")
+    assert TEST_JVM_OPTIONS in args
+    assert args.index(TEST_JVM_OPTIONS) > args.index(session.JIT_THRESHOLDS.split()[-1])

@@ -61,6 +61,7 @@ class Engine:
                 conf={"spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
                       **settings.spark_conf},
                 nice=settings.spark_nice,
+                jvm_options=settings.spark_jvm_options or "",
             )
 
     def start(self) -> None:

@@ -440,8 +440,11 @@ class SparkRuntime:
         shuffle_partitions: int = 2,
         ready_timeout: float = 120.0,
         nice: int = 0,
+        jvm_options: str = "",
     ) -> None:
         self.master = master
+        # Settings.spark_jvm_options: after JIT_OPTIONS, so that a later option wins.
+        self.jvm_options = jvm_options.strip()
         # The JVM's niceness (Settings.spark_nice): view maintenance yields the local cores to
         # the server's writes and reads when both want them.
         self.nice = nice
@@ -505,7 +508,9 @@ class SparkRuntime:
             f"-XX:ErrorFile={self.base_dir / 'hs_err_pid%p.log'}",
             *cds.java_options(),  # Spark's classes mapped from an archive: half the start time
             JIT_OPTIONS,
+            self.jvm_options,
         ]
+        executor_opts = f"{JIT_OPTIONS} {self.jvm_options}".strip()
         conf: dict[str, str] = {
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.default.parallelism": str(self.shuffle_partitions),
@@ -520,8 +525,8 @@ class SparkRuntime:
             "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
             "spark.local.dir": str(work / "spark-local"),
             "spark.sql.catalogImplementation": "in-memory",
-            "spark.driver.extraJavaOptions": " ".join(java_opts),
-            "spark.executor.extraJavaOptions": JIT_OPTIONS,  # on a cluster, as in the driver
+            "spark.driver.extraJavaOptions": " ".join(o for o in java_opts if o),
+            "spark.executor.extraJavaOptions": executor_opts,  # on a cluster, as in the driver
             "spark.executorEnv.MALLOC_ARENA_MAX": MALLOC_ARENA_MAX,  # as the driver's (_build_session)
             "spark.pyspark.python": sys.executable,
             # The driver's heap fills to what it is given (the rows between layers are its main
