@@ -443,8 +443,9 @@ class SparkRuntime:
         jvm_options: str = "",
     ) -> None:
         self.master = master
-        # Settings.spark_jvm_options: after JIT_OPTIONS, so that a later option wins.
-        self.jvm_options = jvm_options.strip()
+        # JIT_OPTIONS, then Settings.spark_jvm_options (a later option wins): the driver's and
+        # the executors' one string, so that neither misses an option.
+        self.jit_and_user_options = f"{JIT_OPTIONS} {jvm_options.strip()}".strip()
         # The JVM's niceness (Settings.spark_nice): view maintenance yields the local cores to
         # the server's writes and reads when both want them.
         self.nice = nice
@@ -507,10 +508,8 @@ class SparkRuntime:
             # start deletes), not into whatever directory the server was started from.
             f"-XX:ErrorFile={self.base_dir / 'hs_err_pid%p.log'}",
             *cds.java_options(),  # Spark's classes mapped from an archive: half the start time
-            JIT_OPTIONS,
-            self.jvm_options,
+            self.jit_and_user_options,
         ]
-        executor_opts = f"{JIT_OPTIONS} {self.jvm_options}".strip()
         conf: dict[str, str] = {
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.default.parallelism": str(self.shuffle_partitions),
@@ -525,8 +524,8 @@ class SparkRuntime:
             "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
             "spark.local.dir": str(work / "spark-local"),
             "spark.sql.catalogImplementation": "in-memory",
-            "spark.driver.extraJavaOptions": " ".join(o for o in java_opts if o),
-            "spark.executor.extraJavaOptions": executor_opts,  # on a cluster, as in the driver
+            "spark.driver.extraJavaOptions": " ".join(java_opts),
+            "spark.executor.extraJavaOptions": self.jit_and_user_options,  # on a cluster, as in the driver
             "spark.executorEnv.MALLOC_ARENA_MAX": MALLOC_ARENA_MAX,  # as the driver's (_build_session)
             "spark.pyspark.python": sys.executable,
             # The driver's heap fills to what it is given (the rows between layers are its main
