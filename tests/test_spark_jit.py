@@ -2,6 +2,7 @@
 
 HotSpot does not refuse a CompileCommand it cannot parse: it prints the error on stdout and starts
 without it, so a mistyped pattern would silently leave the per-row code at the planner's thresholds.
+Also the size of Spark's cache of generated classes, which decides how often the JVM compiles.
 """
 
 from __future__ import annotations
@@ -55,15 +56,28 @@ def test_spark_jvm_options_come_after_streamdbs_own_in_both_roles(tmp_path: Path
     assert plain["spark.driver.extraJavaOptions"].endswith(session.JIT_OPTIONS)
 
 
-def test_the_servers_spark_jvm_runs_with_the_configured_options(server) -> None:
-    """End to end: STREAMDB_SPARK_JVM_OPTIONS (the suite's TEST_JVM_OPTIONS) reaches the JVM the
-    server launches, after the JIT thresholds it overrides."""
+def _spark_jvm_args(server) -> list[str]:
+    """The command line of the Spark JVM the server launched (started by a first query)."""
     with server.connect() as conn:
         assert conn.execute("SELECT count(*) FROM generate_series(1, 3)").fetchone() == (3,)
     pid_file = server.data_dir / "spark" / "jvm.pid"
     deadline = time.monotonic() + 120
     while not pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    args = Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes().decode().split("\0")
+    return Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_the_servers_spark_jvm_runs_with_the_configured_options(server) -> None:
+    """End to end: STREAMDB_SPARK_JVM_OPTIONS (the suite's TEST_JVM_OPTIONS) reaches the JVM the
+    server launches, after the JIT thresholds it overrides."""
+    args = _spark_jvm_args(server)
     assert TEST_JVM_OPTIONS in args
     assert args.index(TEST_JVM_OPTIONS) > args.index(session.JIT_THRESHOLDS.split()[-1])
+
+
+def test_the_servers_spark_keeps_1000_generated_classes(server) -> None:
+    """Spark's cache of generated classes is a static setting, fixed when the JVM starts: the
+    server's JVM gets StreamDB's size, not Spark's 100 (with a few dozen views every batch compiled
+    its code again; session.CODEGEN_CACHE_ENTRIES)."""
+    assert f"spark.sql.codegen.cache.maxEntries={session.CODEGEN_CACHE_ENTRIES}" in _spark_jvm_args(server)
+    assert session.CODEGEN_CACHE_ENTRIES == 1000
