@@ -235,8 +235,8 @@ def server() -> Iterator[ServerProcess]:
 def _drop_shared_views_after_module() -> Iterator[None]:
     """The materialized views a module left on the shared server are dropped after it. All views
     of one depth share a Spark pipeline, so a view nobody reads any more still costs every later
-    batch and restart of its pipeline: with 99 such views beside the 33 of the property test
-    below them, a FLUSH took 13.6 s instead of 6.3 (docs/testing.md)."""
+    batch and restart of its pipeline: beside 96 such views, a FLUSH of the property test's 32
+    took 13.6 s instead of 6.3 (docs/testing.md)."""
     yield
     if not _SHARED or _SHARED[0].proc is None or _SHARED[0].proc.poll() is not None:
         return

@@ -549,7 +549,7 @@ class SparkRuntime:
             # Spark keeps the classes it generates (whole-stage code, projections, predicates) in
             # a cache of 100 by default. Every batch of every pipeline, and every recomputed view's
             # queries, need theirs again; with a few dozen views they no longer fit, and each batch
-            # compiled its code again in Janino: 19% of the JVM's CPU with 33 views, 47% with 132
+            # compiled its code again in Janino: 19% of the JVM's CPU with 32 views, 47% with 128
             # (docs/views.md, "Generated code").
             "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
             # A task's result of up to 64 MiB goes to the driver in the task's status message, not
