@@ -24,11 +24,8 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,13 +35,15 @@ from flush_latency import machine_summary  # noqa: E402
 from run_flink import tree_cpu_seconds  # noqa: E402
 from run_streamdb import Server  # noqa: E402
 
-from tests.test_e2e_views import VIEWS  # noqa: E402
+from tests.test_e2e_views import VIEWS, create_all  # noqa: E402
+from tests.test_e2e_views import _apply as apply  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "codegen_cache.json"
 PEER = {"spark.sql.codegen.cache.maxEntries": "100"}  # Spark's default
 
 
 def random_ops(rng: random.Random, n: int) -> list[tuple[Any, ...]]:
+    """`n` writes in the property test's form (`tests/test_e2e_views.py`, `op`), drawn from `rng`."""
     ops: list[tuple[Any, ...]] = []
     for _ in range(n):
         kind = rng.randrange(4)
@@ -53,32 +52,10 @@ def random_ops(rng: random.Random, n: int) -> list[tuple[Any, ...]]:
         elif kind == 1:
             ops.append(("delete", rng.randrange(7)))
         elif kind == 2:
-            ops.append(("update", rng.randrange(-2, 3), rng.choice("abc")))
+            ops.append(("update", rng.choice("abc"), rng.randrange(-2, 3)))
         else:
             ops.append(("event", rng.randrange(8), rng.randrange(10)))
     return ops
-
-
-def apply(conn: psycopg.Connection[Any], table: str, stream: str, ops: list[tuple[Any, ...]]) -> None:
-    statements = {"upsert": f"INSERT INTO {table} VALUES (%s, %s, %s)", "delete": f"DELETE FROM {table} WHERE id = %s",
-                  "update": f"UPDATE {table} SET v = v + %s WHERE grp = %s", "event": f"INSERT INTO {stream} VALUES (%s, %s)"}
-    for op in ops:
-        conn.execute(statements[op[0]], op[1:])
-
-
-def create_set(server: Server, conn: psycopg.Connection[Any], suffix: str) -> tuple[str, str]:
-    table, stream = f"t_{suffix}", f"s_{suffix}"
-    conn.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, grp TEXT, v INT)")
-    conn.execute(f"CREATE STREAM {stream} (k INT, v INT)")
-
-    def create(name: str) -> None:
-        with server.connect() as own:
-            own.execute(f"CREATE MATERIALIZED VIEW mv_{name}_{suffix} AS {VIEWS[name].format(t=table, s=stream)}")
-
-    with ThreadPoolExecutor(8) as pool:  # from several sessions, as clients would: fewer restarts
-        list(pool.map(create, VIEWS))
-    conn.execute(f"CREATE MATERIALIZED VIEW mv_over_{suffix} AS SELECT grp, n * 10 AS n10 FROM mv_agg_{suffix}")
-    return table, stream
 
 
 def measure(label: str, spark_conf: dict[str, str] | None, args: argparse.Namespace) -> dict[str, Any]:
@@ -95,7 +72,7 @@ def measure(label: str, spark_conf: dict[str, str] | None, args: argparse.Namesp
                     conn.execute("SET statement_timeout = '600s'")
                     table = stream = ""
                     for i in range(args.sets):
-                        table, stream = create_set(server, conn, f"{i}")
+                        table, stream, _ = create_all(server, conn, f"{i}")  # the test's 32 views
                         apply(conn, table, stream, random_ops(rng, 5))
                     conn.execute("FLUSH")
                     for _ in range(2):  # every view's first batches: planned and compiled once
