@@ -55,6 +55,8 @@ log = logging.getLogger("streamdb.wire")
 
 # Flush the output buffer once it holds this much, so big results stream with backpressure.
 _FLUSH_THRESHOLD = 64 * 1024
+# Input is read from the socket up to this much at a time (_fill_input).
+_READ_CHUNK = 64 * 1024
 # RowDescriptions and row encoders a connection keeps (Connection._output).
 _OUTPUTS_KEPT = 64
 _RowEncoder = Callable[[tuple[Any, ...]], bytes]
@@ -246,6 +248,9 @@ class Connection:
         # A read started while streaming (to notice disconnects); its message is handled next.
         self._pending_read: asyncio.Task[tuple[bytes, bytes]] | None = None
         self._queued_messages: collections.deque[tuple[bytes, bytes]] = collections.deque()
+        # Input after startup (_read_from_socket): bytes read and not yet cut into messages.
+        self._in = bytearray()
+        self._in_pos = 0
         self._terminating = False
         self.tls_in_use = False
         peer = writer.get_extra_info("peername")
@@ -358,17 +363,51 @@ class Connection:
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             raise _ConnectionClosed() from exc
 
+    async def _fill_input(self) -> None:
+        """Append what the socket has (at least one byte) to the input buffer."""
+        if self._in_pos:
+            del self._in[:self._in_pos]
+            self._in_pos = 0
+        try:
+            data = await self.reader.read(_READ_CHUNK)
+        except (ConnectionError, OSError) as exc:
+            raise _ConnectionClosed() from exc
+        if not data:
+            raise _ConnectionClosed()
+        self._in += data
+
     async def _read_from_socket(self) -> tuple[bytes, bytes]:
-        kind = await self._read_exactly(1)
+        # Messages are cut from a buffer filled a chunk at a time: a pipelined Bind, Describe,
+        # Execute and Sync cost one read, not three awaits of the stream each.
+        buf = self._in
+        while len(buf) - self._in_pos < 1:
+            await self._fill_input()
+        pos = self._in_pos
+        kind = bytes(buf[pos:pos + 1])
         # Check the type before the length, as PostgreSQL does: garbage (or an SSLRequest sent
         # after startup) is refused at once instead of waiting for a bogus length's worth of bytes.
         if kind not in _FRONTEND_MESSAGE_TYPES:
             raise _FatalError(ProtocolViolation(f"invalid frontend message type {kind[0]}"))
-        (length,) = struct.unpack("!i", await self._read_exactly(4))
+        while len(buf) - self._in_pos < 5:
+            await self._fill_input()
+        pos = self._in_pos
+        (length,) = struct.unpack_from("!i", buf, pos + 1)
         if length < 4 or length - 4 > self.server.max_message_bytes:
             raise _FatalError(ProtocolViolation("invalid message length"))
-        body = await self._read_exactly(length - 4) if length > 4 else b""
-        return kind, body
+        end = pos + 1 + length
+        if end <= len(buf):
+            body = bytes(buf[pos + 5:end])
+            if end == len(buf):
+                buf.clear()
+                self._in_pos = 0
+            else:
+                self._in_pos = end
+            return kind, body
+        # A message larger than what has arrived: the rest straight from the stream.
+        head = bytes(buf[pos + 5:])
+        buf.clear()
+        self._in_pos = 0
+        return kind, head + await self._read_exactly(end - pos - 5 - len(head))
 
     async def _read_message(self) -> tuple[bytes, bytes]:
         if self._queued_messages:
