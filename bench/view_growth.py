@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "nexmark"))
 
 from pgserver import PostgresServer  # noqa: E402
-from run_streamdb import Server, descendants  # noqa: E402
+from run_streamdb import Server, descendants, flush  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "view_growth.json"
 KEYS = 1000
@@ -281,6 +281,8 @@ def main() -> None:
         pgs = None if args.no_postgres else PostgresServer()
         try:
             sdb = server.connect()
+            # A FLUSH after a large load can outlast the server's default statement_timeout (5 min).
+            sdb.execute("SET statement_timeout = 0")
             pg = None
             if pgs is not None:
                 pgs.initdb()
@@ -310,7 +312,7 @@ def main() -> None:
                 t = time.monotonic()
                 load([x for x in (sdb, pg) if x is not None], data, size, args.table_cap, views)
                 loaded = time.monotonic() - t
-                sdb.execute("FLUSH")
+                flush(sdb, f"{size:,} events")
                 reflected = time.monotonic() - t
                 if pg is not None:
                     for name in views:

@@ -43,8 +43,9 @@ class Harness:
         self.proc = subprocess.Popen([_java(), "-Xmx512m", "-cp", classpath, "streamdb.spark.Harness"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
 
-    def spec(self, ops: list[dict[str, Any]]) -> None:
-        self._send(json.dumps({"ops": ops}))
+    def spec(self, ops: list[dict[str, Any]], texts: dict[str, dict[str, str]] | None = None) -> None:
+        """New operators, with empty state or `texts` ({"<op id>\\u0000<key>": {text: value}})."""
+        self._send(json.dumps({"ops": ops} | ({"texts": texts} if texts else {})))
 
     def batch(self, records: list[list[Any]]) -> tuple[list[list[Any]], int]:
         self._send(json.dumps(records))
@@ -394,13 +395,35 @@ def test_session_equals_recomputation(harness: Harness, case: tuple[int, list[li
     """Sessions merge when a row bridges two, split when it goes, and equal times share one."""
     gap, batches = case
     harness.spec([{"id": 5, "kind": "session", "gap": gap, "bounds": ["ws", "we"]}])
-    rows: Counter[Any] = Counter()
-    total: Counter[Any] = Counter()
+    _check_session_batches(harness, gap, batches, Counter())
+
+
+def _check_session_batches(harness: Harness, gap: int, batches: list[list[tuple[Any, int]]],
+                           rows: Counter[Any]) -> None:
+    """Sends each batch of (row, weight) to operator 5; the changes it emits, added to the sessions
+    of `rows` (the state before), are the sessions of the rows after each batch."""
+    total = _sessions_expected(rows, gap)
     for batch in batches:
         recs = [[5, 0, p, json.dumps({"p": p, "t": t, "i": i}), None, [None if t is None else str(t)], w]
                 for (p, t, i), w in batch]
-        out, _ = harness.batch(recs)
+        out, keys = harness.batch(recs)
         for item, w in batch:
             rows[item] += w
         _accumulate(total, out, lambda r: json.dumps(json.loads(r[3]), sort_keys=True))
         assert total == _sessions_expected(rows, gap)
+        assert keys == len({item[0] for item, c in rows.items() if c})  # an emptied key keeps no state
+
+
+def test_session_state_of_the_layout_before_buckets_is_read_and_rewritten(harness: Harness) -> None:
+    """A partition kept one row per text (row -> [count, time], as before the time buckets) gives
+    the same sessions after the change, and its later batches too."""
+    gap = 3
+    before = {("p", 1, 0): 1, ("p", 3, 1): 2, ("p", 10, 0): 1, ("p", None, 2): 1, ("q", 5, 0): 1}
+    texts: dict[str, dict[str, str]] = {}
+    for (p, t, i), count in before.items():
+        row = json.dumps({"p": p, "t": t, "i": i})
+        texts.setdefault(f"5\u0000{p}", {})[row] = json.dumps([str(count), None if t is None else str(t)])
+    harness.spec([{"id": 5, "kind": "session", "gap": gap, "bounds": ["ws", "we"]}], texts=texts)
+    _check_session_batches(harness, gap, [
+        [(("p", 7, 0), 1)], [(("p", 3, 1), -1), (("q", 20, 1), 1)], [(("p", None, 2), -1), (("p", 7, 0), -1)],
+        [(("p", 3, 1), -1), (("q", 5, 0), -1), (("q", 20, 1), -1)]], Counter(before))

@@ -23,6 +23,18 @@ public final class Harness {
 
   public Harness(String specJson) {
     this.spec = Spec.parse(specJson);
+    // Optional "texts": {"<op id>\u0000<key>": {text key: value}}, state as an earlier layout left it.
+    try {
+      JsonNode texts = JSON.readTree(specJson).get("texts");
+      if (texts != null) {
+        texts.fields().forEachRemaining(k -> {
+          MemoryKeyState st = states.computeIfAbsent(k.getKey(), x -> new MemoryKeyState());
+          k.getValue().fields().forEachRemaining(t -> st.putText(t.getKey(), t.getValue().asText()));
+        });
+      }
+    } catch (java.io.IOException e) {
+      throw new IllegalArgumentException(e);
+    }
   }
 
   /** One batch: records as a JSON list of [op, side, k, row, row2, a, w]; returns the output likewise. */
@@ -89,7 +101,7 @@ public final class Harness {
 
   /**
    * A line protocol for tests (tests/test_operators.py): a line holding a JSON object is a spec
-   * (and starts over with empty state), a line holding a JSON array is a batch, whose output is
+   * (and starts over with empty state, or its "texts"), a line holding a JSON array is a batch, whose output is
    * printed on one line, followed by a line with the number of keys holding state.
    */
   public static void main(String[] args) throws Exception {

@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * The incremental operators, one call per (operator instance, key) and micro-batch: the key's
@@ -690,16 +691,28 @@ public final class Operators {
     }
   }
 
+  // A session partition's state: its timed rows in buckets of time one gap wide ("b" + bucket:
+  // [row, count, time, ...]), its untimed rows one per text ("n" + row: count), and the value
+  // "buckets:<number of those texts>" (so the key's state goes when its last row does).
+  private static final String SESSION_BUCKETS = "buckets:";
+  private static final String BUCKET = "b";
+  private static final String UNTIMED = "n";
+
   /**
-   * The partition's rows with their counts and times, kept by row (`texts`: row -> [count, time]).
    * A batch that touches the partition emits the difference its changes make to the rows'
    * sessions: each row with its session's bounds appended (a session is a run of rows whose
    * times, in order, are at most the gap apart; start = the first time, end = the last plus the
    * gap; a NULL time is a session of its own with NULL bounds). Only sessions within the gap of a
    * changed row's time can change (an added row joins or bridges the sessions it is within the
    * gap of; a removed one was in its session's span, and each piece it leaves ends within the gap
-   * of it), so only their rows are emitted, before (retracted) and after. Cost: reading and
-   * sorting the touched partition's rows, and the changed sessions' rows.
+   * of it), so only their rows are emitted, before (retracted) and after.
+   *
+   * <p>The rows are kept in buckets of time as wide as the gap, so a batch reads only the sessions
+   * around its changes, not the whole partition: two rows on either side of an empty bucket are
+   * more than the gap apart, so an empty bucket ends every session. From the bucket of each
+   * changed time, the buckets are read outwards until an empty one (that is not itself a changed
+   * row's); the rows between are every row of the sessions the changes touch, before and after.
+   * Cost: those sessions' rows, and rewriting the buckets of the changed rows.
    */
   static void session(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
     Map<String, Long> delta = new LinkedHashMap<>();
@@ -715,51 +728,97 @@ public final class Operators {
     if (delta.isEmpty()) {
       return;
     }
-    Map<String, Timed> rows = new HashMap<>();
-    for (Iterator<Map.Entry<String, String>> it = st.texts(); it.hasNext(); ) {
-      Map.Entry<String, String> e = it.next();
-      String[] parsed = parseStrings(e.getValue());
-      rows.put(e.getKey(), new Timed(e.getKey(), Long.parseLong(parsed[0]),
-                                     parsed[1] == null ? null : Long.parseLong(parsed[1])));
-    }
-    List<Long> changedTimes = new ArrayList<>();
-    List<String> untimed = new ArrayList<>();  // changed rows with a NULL time: sessions of their own
-    for (String row : delta.keySet()) {
-      Timed old = rows.get(row);
-      Long ts = old != null ? old.ts : timeOf.get(row);
-      if (ts == null) {
-        untimed.add(row);
-      } else {
-        changedTimes.add(ts);
-      }
-    }
-    long[] times = changedTimes.stream().mapToLong(Long::longValue).sorted().toArray();
+    String marker = st.value();
+    long entries = marker != null && marker.startsWith(SESSION_BUCKETS)
+        ? Long.parseLong(marker.substring(SESSION_BUCKETS.length())) : sessionToBuckets(s, st);
     Map<String, Long> diff = new HashMap<>();
-    changedSessions(s, rows.values(), times, -1, diff);
-    for (String row : untimed) {
-      Timed old = rows.get(row);
-      if (old != null && old.count > 0) {
-        diff.merge(withBounds(s, row, null, null), -old.count, Long::sum);
-      }
-    }
+    List<Long> changedTimes = new ArrayList<>();
+    TreeSet<Long> seeds = new TreeSet<>();  // the changed rows' buckets
     for (Map.Entry<String, Long> e : delta.entrySet()) {
       String row = e.getKey();
-      Timed old = rows.get(row);
-      long count = (old == null ? 0 : old.count) + e.getValue();
-      Long ts = old != null ? old.ts : timeOf.get(row);
-      if (count == 0) {
-        rows.remove(row);
-        st.removeText(row);
+      Long ts = timeOf.get(row);
+      if (ts == null) {  // a session of its own
+        String old = st.text(UNTIMED + row);
+        long before = old == null ? 0 : Long.parseLong(old);
+        long after = before + e.getValue();
+        if (before > 0) {
+          diff.merge(withBounds(s, row, null, null), -before, Long::sum);
+        }
+        if (after > 0) {
+          diff.merge(withBounds(s, row, null, null), after, Long::sum);
+        }
+        if (after == 0) {
+          st.removeText(UNTIMED + row);
+          entries -= old == null ? 0 : 1;
+        } else {
+          st.putText(UNTIMED + row, Long.toString(after));
+          entries += old == null ? 1 : 0;
+        }
       } else {
-        rows.put(row, new Timed(row, count, ts));
-        st.putText(row, strings(new String[] {Long.toString(count), ts == null ? null : ts.toString()}));
+        changedTimes.add(ts);
+        seeds.add(bucketOf(s, ts));
       }
     }
-    changedSessions(s, rows.values(), times, 1, diff);
-    for (String row : untimed) {
-      Timed now = rows.get(row);
-      if (now != null && now.count > 0) {
-        diff.merge(withBounds(s, row, null, null), now.count, Long::sum);
+    if (!seeds.isEmpty()) {
+      Map<Long, List<Timed>> buckets = new HashMap<>();  // read so far; empty lists for empty buckets
+      long reached = Long.MIN_VALUE;  // the right end (an empty bucket) of the buckets read so far
+      for (long seed : seeds) {
+        if (seed <= reached) {
+          continue;  // read with an earlier seed's sessions
+        }
+        readBucket(st, seed, buckets);
+        for (long k = seed - 1; k > reached && (!readBucket(st, k, buckets).isEmpty() || seeds.contains(k)); k--) {
+          // outwards to the left, to an empty bucket
+        }
+        long k = seed + 1;
+        while (!readBucket(st, k, buckets).isEmpty() || seeds.contains(k)) {
+          k++;
+        }
+        reached = k;
+      }
+      Map<String, Timed> rows = new HashMap<>();
+      for (List<Timed> bucket : buckets.values()) {
+        for (Timed t : bucket) {
+          rows.put(t.row, t);
+        }
+      }
+      long[] times = changedTimes.stream().mapToLong(Long::longValue).sorted().toArray();
+      changedSessions(s, rows.values(), times, -1, diff);
+      for (Map.Entry<String, Long> e : delta.entrySet()) {
+        Long ts = timeOf.get(e.getKey());
+        if (ts == null) {
+          continue;
+        }
+        Timed old = rows.get(e.getKey());
+        long count = (old == null ? 0 : old.count) + e.getValue();
+        if (count == 0) {
+          rows.remove(e.getKey());
+        } else {
+          rows.put(e.getKey(), new Timed(e.getKey(), count, ts));
+        }
+      }
+      changedSessions(s, rows.values(), times, 1, diff);
+      Map<Long, List<Timed>> rewritten = new HashMap<>();
+      for (long seed : seeds) {
+        rewritten.put(seed, new ArrayList<>());
+      }
+      for (Timed t : rows.values()) {
+        List<Timed> bucket = rewritten.get(bucketOf(s, t.ts));
+        if (bucket != null) {
+          bucket.add(t);
+        }
+      }
+      for (Map.Entry<Long, List<Timed>> e : rewritten.entrySet()) {
+        entries += (e.getValue().isEmpty() ? 0 : 1) - (buckets.get(e.getKey()).isEmpty() ? 0 : 1);
+        writeBucket(st, e.getKey(), e.getValue());
+      }
+    }
+    String now = entries == 0 ? null : SESSION_BUCKETS + entries;
+    if (!Objects.equals(now, marker)) {
+      if (now == null) {
+        st.clearValue();
+      } else {
+        st.setValue(now);
       }
     }
     for (Map.Entry<String, Long> e : diff.entrySet()) {
@@ -767,6 +826,70 @@ public final class Operators {
         out.add(new Rec(s.id, 0, key, e.getKey(), null, null, e.getValue()));
       }
     }
+  }
+
+  /** The bucket of time `ts` (one gap wide; a gap of 0 gives buckets of one microsecond). */
+  private static long bucketOf(Spec.Op s, long ts) {
+    return Math.floorDiv(ts, Math.max(s.gapMicros, 1));
+  }
+
+  /** Bucket `k`'s rows, read once per batch into `read`. */
+  private static List<Timed> readBucket(KeyState st, long k, Map<Long, List<Timed>> read) {
+    return read.computeIfAbsent(k, b -> {
+      String text = st.text(BUCKET + b);
+      List<Timed> rows = new ArrayList<>();
+      if (text != null) {
+        String[] f = parseStrings(text);
+        for (int i = 0; i + 2 < f.length; i += 3) {
+          rows.add(new Timed(f[i], Long.parseLong(f[i + 1]), Long.parseLong(f[i + 2])));
+        }
+      }
+      return rows;
+    });
+  }
+
+  private static void writeBucket(KeyState st, long k, List<Timed> rows) {
+    if (rows.isEmpty()) {
+      st.removeText(BUCKET + k);
+      return;
+    }
+    rows.sort(Comparator.comparingLong((Timed t) -> t.ts).thenComparing(t -> t.row));
+    String[] f = new String[rows.size() * 3];
+    for (int i = 0; i < rows.size(); i++) {
+      Timed t = rows.get(i);
+      f[3 * i] = t.row;
+      f[3 * i + 1] = Long.toString(t.count);
+      f[3 * i + 2] = t.ts.toString();
+    }
+    st.putText(BUCKET + k, strings(f));
+  }
+
+  /**
+   * A partition kept one row per text (row -> [count, time]), as before the buckets, rewritten
+   * into them once. Returns the number of texts it now holds (none for a new partition).
+   */
+  private static long sessionToBuckets(Spec.Op s, KeyState st) {
+    Map<String, String> old = new LinkedHashMap<>();
+    for (Iterator<Map.Entry<String, String>> it = st.texts(); it.hasNext(); ) {
+      Map.Entry<String, String> e = it.next();
+      old.put(e.getKey(), e.getValue());
+    }
+    Map<Long, List<Timed>> buckets = new HashMap<>();
+    long untimed = 0;
+    for (Map.Entry<String, String> e : old.entrySet()) {
+      st.removeText(e.getKey());
+      String[] parsed = parseStrings(e.getValue());
+      if (parsed[1] == null) {
+        st.putText(UNTIMED + e.getKey(), parsed[0]);
+        untimed++;
+      } else {
+        long ts = Long.parseLong(parsed[1]);
+        buckets.computeIfAbsent(bucketOf(s, ts), b -> new ArrayList<>())
+            .add(new Timed(e.getKey(), Long.parseLong(parsed[0]), ts));
+      }
+    }
+    buckets.forEach((k, rows) -> writeBucket(st, k, rows));
+    return buckets.size() + untimed;
   }
 
   /**
