@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -377,32 +378,17 @@ class RelationReader:
             return None  # rows read from the view's log when it was kept as its log alone: no keys
         parts = [batch for p, (start, end) in enumerate(zip(done, offsets, strict=True))
                  for batch in read_log(snap, rel.id, p, start, end)]
-        if not parts:
+        changes = pa.concat_tables(parts) if len(parts) > 1 else parts[0] if parts else None
+        if changes is None or changes.num_rows == 0:
             return self._store(rel, offsets, table, table, None)
-        changes = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        if len(parts) > 64:  # single-row writes: a chunk per change makes the grouping per-chunk work
-            changes = changes.combine_chunks()
-        order = pa.array(range(changes.num_rows), pa.int64())
-        inserted = pc.if_else(pc.greater(changes.column(C.WEIGHT), 0), order, pa.scalar(None, pa.int64()))
-        per_key = (pa.table({C.ROWKEY: changes.column(C.ROWKEY), "w": changes.column(C.WEIGHT), "o": order,
-                             "i": inserted})
-                   .group_by(C.ROWKEY, use_threads=False).aggregate([("w", "sum"), ("o", "max"), ("i", "max")]))
         names = [*(c.name for c in rel.columns), C.ROWKEY]
-        rows = changes.take(pc.coalesce(per_key.column("i_max"), per_key.column("o_max"))).select(names)
-        sums = per_key.column("w_sum").to_pylist()
-        if all(w > 0 for w in sums):  # only insertions: the old rows keep their positions
-            added = _repeated(rows.append_column(C.WEIGHT, pa.array(sums, pa.int64())), names).cast(table.schema)
-            return self._store(rel, offsets, table, pa.concat_tables([table, added]), added)
-        stale = pc.is_in(table.column(C.ROWKEY), value_set=per_key.column(C.ROWKEY))
-        held = pc.value_counts(table.column(C.ROWKEY).filter(stale))
-        before = dict(zip(held.field("values").to_pylist(), held.field("counts").to_pylist(), strict=True))
-        counts = [before.get(k, 0) + w for k, w in zip(per_key.column(C.ROWKEY).to_pylist(), sums, strict=True)]
-        if any(n < 0 for n in counts):
+        applied = apply_changes(table, changes.combine_chunks(), names)
+        if applied is None:
             return None
-        repeat = [i for i, n in enumerate(counts) for _ in range(n)]
-        added = rows.take(pa.array(repeat, pa.int64())).cast(table.schema)
-        refill = Refill.of(table.num_rows, pc.indices_nonzero(stale).to_pylist(), added.num_rows)
-        return self._store(rel, offsets, table, refill.apply(table, added), None, (refill, added))
+        new, added, refill = applied
+        if refill is None:  # only insertions: the old rows keep their positions
+            return self._store(rel, offsets, table, new, added)
+        return self._store(rel, offsets, table, new, None, (refill, added))
 
     def read_delta(self, rel: RelationDef, snap: Snapshot, start: tuple[int, ...]) -> pa.Table:
         """Changes after `start` (per-partition offsets) up to the snapshot: columns, rowtime, __weight."""
@@ -429,6 +415,81 @@ class RelationReader:
         cols = [log.column(c.name) for c in rel.columns]
         names = ["op", C.ROWTIME, *(c.name for c in rel.columns)]
         return pa.Table.from_arrays([ops, log.column(C.ROWTIME), *cols], names=names)
+
+
+def apply_changes(table: pa.Table, changes: pa.Table, names: list[str]
+                  ) -> tuple[pa.Table, pa.Table, Refill | None] | None:
+    """A table's or view's cached rows (`table`: `names`, the row key last) after `changes`
+    (one chunk, in log order, with their weights): (the new rows, the rows added, how they
+    were placed: None when appended). None if a key's count would fall below zero.
+
+    Each change's key becomes a number by one hash pass over the changes' keys (with the cached
+    rows' keys after them when those are fewer): numbered in order of first appearance, so the
+    changed keys are 0..m-1 and a cached row is stale when its number is below m. The sums and
+    last changes per key are numpy's. (A hash aggregation, then a lookup of the cached keys in
+    the changed ones, hashed the changes' keys twice: 1M changes of a session view took 2.6 s.)"""
+    n = changes.num_rows
+    if n == 0:
+        return table, table.schema.empty_table(), None
+    change_keys = changes.column(C.ROWKEY).chunk(0)
+    cached_keys = table.column(C.ROWKEY)
+    together = table.num_rows <= n
+    encoded = pc.dictionary_encode(pa.concat_arrays([change_keys, *cached_keys.chunks]) if together
+                                   else change_keys)
+    numbers = encoded.indices.to_numpy()
+    which = numbers[:n].astype(np.int64)
+    m = int(which.max()) + 1
+    weights = changes.column(C.WEIGHT).chunk(0).to_numpy()
+    if m == n:  # each change a key of its own (a load of new rows)
+        sums = weights.astype(np.int64)
+        pick = np.arange(n, dtype=np.int64)
+    else:
+        sums = np.zeros(m, np.int64)
+        np.add.at(sums, which, weights)
+        # A key's row: its last insertion's (an update's new row), else its last change's.
+        pick = _last_per_key(which, np.arange(n, dtype=np.int64), m)
+        positive = np.flatnonzero(weights > 0)
+        inserted = _last_per_key(which[positive], positive, m)
+        pick = np.where(inserted >= 0, inserted, pick)
+    rows = changes.select(names)
+    if m != n:
+        rows = rows.take(pa.array(pick))
+    if bool((sums > 0).all()):
+        added = _take_repeated(rows, sums).cast(table.schema)
+        return pa.concat_tables([table, added]), added, None
+    if together:
+        cached = numbers[n:]
+        stale_mask = cached < m
+        stale = np.flatnonzero(stale_mask)
+        counts = sums + np.bincount(cached[stale_mask], minlength=m)
+    else:
+        found = pc.index_in(cached_keys, value_set=encoded.dictionary)
+        stale = pc.indices_nonzero(pc.is_valid(found)).to_numpy()
+        counts = sums.copy()
+        np.add.at(counts, pc.drop_null(found).to_numpy().astype(np.int64), 1)
+    if bool((counts < 0).any()):
+        return None
+    added = _take_repeated(rows, counts).cast(table.schema)
+    refill = Refill.of(table.num_rows, stale, added.num_rows)
+    return refill.apply(table, added), added, refill
+
+
+def _last_per_key(which: np.ndarray, positions: np.ndarray, m: int) -> np.ndarray:
+    """For each key 0..m-1, the last of `positions` whose entry of `which` is it (-1: none)."""
+    out = np.full(m, -1, np.int64)
+    if len(which):
+        keys, first_from_end = np.unique(which[::-1], return_index=True)
+        out[keys] = positions[::-1][first_from_end]
+    return out
+
+
+def _take_repeated(rows: pa.Table, counts: np.ndarray) -> pa.Table:
+    """Each row as many times as its count (0: left out)."""
+    if bool((counts == 1).all()):
+        return rows
+    if bool((counts <= 1).all()):
+        return rows.filter(pa.array(counts == 1))
+    return rows.take(pa.array(np.repeat(np.arange(len(counts), dtype=np.int64), counts)))
 
 
 def _repeated(changes: pa.Table, names: list[str]) -> pa.Table:
@@ -494,13 +555,16 @@ class Refill:
         self.rows, self.holes, self.added, self.targets, self.movers = rows, holes, added, targets, movers
 
     @staticmethod
-    def of(rows: int, holes: list[int], added: int) -> Refill:
+    def of(rows: int, holes: np.ndarray | list[int], added: int) -> Refill:
+        """`holes`: ascending positions."""
+        holes = np.asarray(holes, dtype=np.int64)
         size = rows - len(holes) + added
-        targets = [h for h in holes if h < size] + list(range(rows, size))
-        gone = set(holes)
-        movers = [p for p in range(size, rows) if p not in gone]
+        targets = np.concatenate([holes[holes < size], np.arange(rows, size, dtype=np.int64)])
+        kept = np.ones(max(rows - size, 0), bool)
+        kept[holes[holes >= size] - size] = False
+        movers = np.arange(size, rows, dtype=np.int64)[kept] if rows > size else np.zeros(0, np.int64)
         assert len(targets) == added + len(movers)
-        return Refill(rows, holes, added, targets, movers)
+        return Refill(rows, holes.tolist(), added, targets.tolist(), movers.tolist())
 
     @property
     def size(self) -> int:
@@ -508,11 +572,25 @@ class Refill:
 
     def sources(self) -> list[int]:
         """For each target, its row in the old rows followed by the added ones."""
-        return [self.rows + i for i in range(self.added)] + self.movers
+        return list(range(self.rows, self.rows + self.added)) + self.movers
 
     def apply(self, table: pa.Table, added: pa.Table) -> pa.Table:
-        import numpy as np
-
+        holes = len(self.holes)
+        if holes <= self.added:  # every hole takes an added row, the rest are appended
+            if holes == 0:
+                return pa.concat_tables([table, added])
+            mask = np.zeros(self.rows, bool)
+            mask[self.holes] = True
+            mask_array = pa.array(mask)
+            try:  # a copy of each column with its holes replaced: cheaper than a gather of every row
+                filled = pa.Table.from_arrays(
+                    [pc.replace_with_mask(table.column(i).combine_chunks(), mask_array,
+                                          added.column(i).slice(0, holes).combine_chunks())
+                     for i in range(table.num_columns)], schema=table.schema)
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+                pass  # a type replace_with_mask does not take: the gather below
+            else:
+                return pa.concat_tables([filled, added.slice(holes)])
         take = np.arange(self.size, dtype=np.int64)
         take[np.asarray(self.targets, dtype=np.int64)] = np.asarray(self.sources(), dtype=np.int64)
         both = pa.concat_tables([table, added]) if added.num_rows else table
