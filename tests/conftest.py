@@ -231,20 +231,41 @@ def server() -> Iterator[ServerProcess]:
             _SHARED.remove(srv)
 
 
+def _shared_views() -> set[str] | None:
+    """The materialized views on the shared server, or None when it is not running."""
+    if not _SHARED or _SHARED[0].proc is None or _SHARED[0].proc.poll() is not None:
+        return None
+    with _SHARED[0].connect() as c:
+        return {r[0] for r in c.execute("SHOW MATERIALIZED VIEWS").fetchall()}
+
+
+def _drop_shared_views(names: set[str]) -> None:
+    if names:
+        with _SHARED[0].connect() as c:
+            c.execute(psycopg.sql.SQL("DROP MATERIALIZED VIEW IF EXISTS {} CASCADE").format(
+                psycopg.sql.SQL(", ").join(psycopg.sql.Identifier(n) for n in sorted(names))))
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _drop_shared_views_after_module() -> Iterator[None]:
-    """The materialized views a module left on the shared server are dropped after it. All views
-    of one depth share a Spark pipeline, so a view nobody reads any more still costs every later
-    batch and restart of its pipeline: beside 96 such views, a FLUSH of the property test's 32
-    took 13.6 s instead of 6.3 (docs/testing.md)."""
+    """The materialized views a module left on the shared server (its module-scoped fixtures')
+    are dropped after it. All views of one depth share a Spark pipeline, so a view nobody reads
+    any more still costs every later batch and restart of its pipeline: beside 96 such views, a
+    FLUSH of the property test's 32 took 13.6 s instead of 6.3 (docs/testing.md)."""
     yield
-    if not _SHARED or _SHARED[0].proc is None or _SHARED[0].proc.poll() is not None:
-        return
-    with _SHARED[0].connect() as c:
-        names = [r[0] for r in c.execute("SHOW MATERIALIZED VIEWS").fetchall()]
-        if names:
-            c.execute(psycopg.sql.SQL("DROP MATERIALIZED VIEW IF EXISTS {} CASCADE").format(
-                psycopg.sql.SQL(", ").join(psycopg.sql.Identifier(n) for n in names)))
+    _drop_shared_views(_shared_views() or set())
+
+
+@pytest.fixture(autouse=True)
+def _drop_shared_views_after_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The materialized views a test made on the shared server are dropped after it, not at its
+    module's end: each CREATE restarts its depth's pipeline with every view of that depth, so
+    views a module's earlier tests left made each later CREATE and batch cost more. Views that
+    were there before the test (a module-scoped fixture's) stay."""
+    before = _shared_views() if "server" in request.fixturenames else None
+    yield
+    if before is not None:
+        _drop_shared_views((_shared_views() or set()) - before)
 
 
 @pytest.fixture()

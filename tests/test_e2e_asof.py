@@ -72,7 +72,7 @@ op = st.one_of(
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()  # one test uses it; module-scoped, its views would stay in the pipelines
 def asof_views(server):
     with server.connect() as c:
         suffix = f"asof_{__import__('os').getpid()}"

@@ -246,7 +246,7 @@ session_op = st.one_of(
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()  # one test uses it; module-scoped, its views would stay in the pipelines
 def session_views(server):
     with server.connect() as c:
         t, s = f"sess_pt_{__import__('os').getpid()}", f"sess_ps_{__import__('os').getpid()}"

@@ -166,10 +166,13 @@ def _apply(conn, t: str, s: str, ops) -> None:
             conn.execute(f"INSERT INTO {s} VALUES (%s, %s)", o[1:])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def recomputation_views(server):
-    """One table, one stream and every view of VIEWS over them, made once: each example of the
-    property test below goes on changing the same data (views are checked after every round)."""
+    """One table, one stream and every view of VIEWS over them, made once per test (hypothesis
+    runs its examples within it): each example of the property test below goes on changing the
+    same data (views are checked after every round). Not module-scoped: its 32 views would stay
+    in the shared server's pipelines through the rest of the module, and every later CREATE
+    restarts a pipeline with them."""
     with server.connect() as c:
         suffix = f"hyp_{__import__('os').getpid()}"
         t, s, names = create_all(server, c, suffix)
