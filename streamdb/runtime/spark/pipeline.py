@@ -1657,11 +1657,12 @@ class StreamingPipeline:
 
         try:
             self._sink_batch(jdf, batch_id)
-        except StreamDBError as e:
-            self._sink_error = e
-            raise
-        except Exception as e:  # noqa: BLE001 - the batch failed: keep why, for the views' status
-            if _from_spark(e):
+        except Exception as e:
+            if self._stopping:  # the stop cancelled the batch's job: expected, nothing to report
+                raise BatchStopped(f"pipeline {self.name}: batch {batch_id} stopped") from e
+            if isinstance(e, StreamDBError):
+                self._sink_error = e
+            elif _from_spark(e):  # the batch failed: keep why, for the views' status
                 self._sink_error = translate_spark_error(e)
             else:
                 log.exception("pipeline %s: batch %d", self.name, batch_id)
@@ -1873,6 +1874,23 @@ class _SinkReads:
         columns = ["__view", "__w", "__err", *dict.fromkeys(c for s in plain for c in s.columns)]
         schema = to_arrow_schema(select(compiled.frame, [quote(c) for c in columns]).schema, timezone="UTC")
         return cls(plain, recomputed, f"__view IN ({ids}) OR __err IS NOT NULL", "\n".join(columns), schema)
+
+
+class BatchStopped(Exception):
+    """The foreachBatch callback's error for a batch whose pipeline is stopping (its job was
+    cancelled): Spark sees the batch fail, and the log does not (`_QuietStoppedBatches`)."""
+
+
+class _QuietStoppedBatches(logging.Filter):
+    """py4j logs every exception of a Python callback as an ERROR with both stack traces. A batch
+    cancelled by its pipeline's stop (each CREATE or DROP restarts its depth's pipeline; a
+    shutdown stops them all) is expected: not logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], BatchStopped))
+
+
+logging.getLogger("py4j.clientserver").addFilter(_QuietStoppedBatches())
 
 
 class _BatchFunction:

@@ -103,6 +103,10 @@ logger.processingtime.name = org.apache.spark.sql.execution.streaming
 logger.processingtime.level = error
 logger.microbatch.name = org.apache.spark.scheduler.DAGScheduler
 logger.microbatch.level = error
+# A broadcast that fails to store rethrows, failing its job (which reaches the view's status); a
+# shutdown that cancels a batch while it stores one logged an ERROR for the expected stop.
+logger.torrentbroadcast.name = org.apache.spark.broadcast.TorrentBroadcast
+logger.torrentbroadcast.level = fatal
 # The view engine's own classes (the jar) say what they set up, once.
 logger.streamdb.name = streamdb.spark
 logger.streamdb.level = info
@@ -612,11 +616,14 @@ class SparkRuntime:
                     time.sleep(2.0)
         except BaseException as exc:  # noqa: BLE001 - report any failure through status
             msg = _first_line(str(exc)) or type(exc).__name__
-            log.error("Spark failed to start: %s", msg)
             self.gateway_launched.set()
             with self._lock:
-                self._status = FAILED
-                self._error = f"{type(exc).__name__}: {msg}"
+                stopped = self._status != STARTING  # stop() ended the JVM under the start
+                if not stopped:
+                    self._status = FAILED
+                    self._error = f"{type(exc).__name__}: {msg}"
+            if not stopped:
+                log.error("Spark failed to start: %s", msg)
             self._ready.set()
             return
         with self._lock:
@@ -628,7 +635,10 @@ class SparkRuntime:
                 self._start_seconds = time.monotonic() - t0
                 self._status = READY
         if stop_now:
+            proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
             _stop_session(spark)
+            if proc is not None:
+                _wait_jvm_exit(proc)
         else:
             gc.freeze()  # py4j's and pyspark's objects of the start, as server.py does for its own
             log.info("Spark ready in %.1fs (master %s)", self._start_seconds, self.master)
@@ -757,14 +767,32 @@ class SparkRuntime:
             self._spark = None
             if self._status == STOPPED:
                 return
+            starting = self._status == STARTING
             self._status = STOPPED
             self._error = None
         self._ready.set()  # wake waiters; they see 'stopped'
+        if starting:
+            self._end_jvm_being_started()
         if spark is not None:
             proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
             _stop_session(spark)
             if proc is not None:
                 _wait_jvm_exit(proc)
+
+    def _end_jvm_being_started(self) -> None:
+        """A stop during the start: the JVM runs in its own process group, so it would outlive
+        the server and still write its scratch directories into the data directory (seen: a
+        copy or removal of the directory racing with it). End it once launched, and let the
+        start thread, which then fails (or stops a session it just finished), return."""
+        self.gateway_launched.wait(_STOP_TIMEOUT_S)
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            _wait_jvm_exit(proc)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_STOP_TIMEOUT_S)
 
     def __enter__(self) -> SparkRuntime:
         self.start_background()
