@@ -631,3 +631,12 @@ def test_regexp_extract_keeps_its_group_through_the_dialect():
     assert node.sql(dialect="duckdb") == "REGEXP_EXTRACT(s, '(a)(b)', 2)"
     assert generate(parse_one("SELECT regexp_extract(s, '(a)(b)', 2) FROM t")) == \
         "SELECT REGEXP_EXTRACT(s, '(a)(b)', 2) FROM t"
+
+
+def test_every_word_statement_reaches_its_parser_as_a_word() -> None:
+    # A statement word the tokenizer keeps as a command would swallow the statement into one
+    # string (sqlglot 30.31 did this to SAVEPOINT and RELEASE).
+    from streamdb.sql.dialect import WORD_STATEMENTS, StreamDB
+
+    assert set(StreamDB.Parser.WORD_STATEMENT_PARSERS) == WORD_STATEMENTS
+    assert not WORD_STATEMENTS & set(StreamDB.Tokenizer.KEYWORDS)

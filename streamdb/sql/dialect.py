@@ -60,7 +60,7 @@ SHOW_CREATE_KINDS = (
     ("SINK",),
 )
 # DROP kinds sqlglot does not know; the others go through sqlglot's own DROP parser.
-STREAMING_DROP_KINDS = ("STREAM", "SOURCE", "SINK")
+STREAMING_DROP_KINDS = ("STREAM", "SOURCE", "SINK", "INDEX")  # INDEX: sqlglot's takes one name
 # CREATE {SOURCE | SINK} CONNECTOR name <kind>: the connector kinds each direction has.
 CONNECTOR_KINDS = {"source": ("KAFKA", "FILE", "MQTT", "POSTGRES"), "sink": ("KAFKA", "POSTGRES", "FILE")}
 # After SOURCE / SINK, CONNECTOR is our keyword when a name (or IF) follows it; followed by one
@@ -151,6 +151,13 @@ def _word_text(token: Token) -> str:
     return token.text if token.token_type == TokenType.IDENTIFIER else token.text.lower()
 
 
+# Statements whose first word is an ordinary word to the tokenizer; Parser.WORD_STATEMENT_PARSERS
+# parses each of them.
+WORD_STATEMENTS = frozenset(
+    {"ABORT", "START", "RESET", "DISCARD", "DEALLOCATE", "FLUSH", "EXPLAIN", "SAVEPOINT", "SUBSCRIBE", "DECLARE", "CLOSE", "RELEASE"}
+)
+
+
 class StreamDB(Postgres):
     # to_char's patterns sqlglot's Postgres lacks: HH is the hour of the half day (01-12) as HH12,
     # and AM/PM the meridiem (without them 'HH:MI' printed the pattern's letters or a 0-23 hour).
@@ -160,11 +167,12 @@ class StreamDB(Postgres):
                     "Dy": "%a", "Mon": "%b", "FMDay": "%A", "FMMonth": "%B", "Day": "%A", "Month": "%B"}
 
     class Tokenizer(Postgres.Tokenizer):
-        # RESET, EXPLAIN and SHOW are statements we parse: the tokenizer must not swallow the
-        # rest of the statement into one string as it does for a command.
+        # The statements we parse from their first word (RESET, EXPLAIN, DECLARE, SAVEPOINT,
+        # RELEASE, ...) must reach the parser as ordinary words: as commands the tokenizer would
+        # swallow the rest of the statement into one string (sqlglot 30.31 made SAVEPOINT and
+        # RELEASE commands). SHOW and FETCH are kept as tokens, just not as commands.
         KEYWORDS = {
-            # DECLARE (cursors) is parsed too: as an ordinary word it reaches our statement parsers.
-            **{k: v for k, v in Postgres.Tokenizer.KEYWORDS.items() if k not in ("RESET", "EXPLAIN", "DECLARE")},
+            **{k: v for k, v in Postgres.Tokenizer.KEYWORDS.items() if k not in WORD_STATEMENTS},
             "BYTES": TokenType.VARBINARY,  # ksqlDB's name for bytea
         }
         COMMANDS = Postgres.Tokenizer.COMMANDS - {TokenType.SHOW, TokenType.FETCH}
@@ -1115,6 +1123,8 @@ class StreamDB(Postgres):
             if kind in ("SOURCE", "SINK") and self._at_connector_keyword():
                 self._advance()
                 return self._parse_drop_connector(kind.lower())
+            if kind == "INDEX":
+                self._match_text_seq("CONCURRENTLY")
             exists = self._parse_exists()
             tables = self._parse_csv(lambda: self._parse_table_parts(schema=True))
             cascade = self._match_text_seq("CASCADE")
