@@ -69,3 +69,20 @@ def test_only_doubles_round_half_to_even():
     assert plan.duckdb_sql.count("ROUND_EVEN(") == 1 and "ROUND(" in plan.duckdb_sql
     spark_sql = plan.spark_sql
     assert spark_sql.count("RINT(") == 2, spark_sql  # round(f) and f::int, not round(avg(id))
+
+
+@pytest.mark.parametrize(("sql", "columns"), [
+    ("SELECT * FROM abs(-1)", ["abs"]),                     # the function's name
+    ("SELECT * FROM upper('x') AS u", ["u"]),               # else the table alias
+    ("SELECT * FROM round(2.5) AS r(half)", ["half"]),      # else the column alias
+    ("SELECT a.a, b.b FROM abs(-1) AS a, abs(2) AS b", ["a", "b"]),
+])
+def test_a_scalar_function_in_from_is_a_table_of_one_row_named_as_postgresql_names_it(sql, columns):
+    from streamdb.catalog import CatalogSnapshot
+    from streamdb.planner.context import PlanContext, SessionInfo
+    from streamdb.planner.query import plan_query
+    from streamdb.sql.parser import parse_one
+
+    ctx = PlanContext(catalog=CatalogSnapshot(1, {}), session=SessionInfo(user="streamdb", database="streamdb"))
+    plan = plan_query(parse_one(sql), ctx)
+    assert [c.name for c in plan.columns] == columns

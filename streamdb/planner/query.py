@@ -835,6 +835,7 @@ def plan_query(ast: exp.Expression, ctx: PlanContext, *, changes: bool = False,
     functions = resolve_calls(query, ctx)
     resolver = _Resolver(ctx, mode)
     _integer_series_tables(query)
+    _scalar_function_tables(query)
     star_by_alias = _resolve_tables(query, resolver)
     _rewrite_natural_joins(query, star_by_alias)
     _expand_stars(query, star_by_alias)
@@ -1052,6 +1053,40 @@ def _integer_series_tables(query: exp.Expression) -> None:
             value = exp.Cast(this=value, to=exp.DataType.build("INT"))
         inner = exp.Table(this=series.copy(), alias=exp.TableAlias(this=table_name.copy(), columns=[column.copy()]))
         select = exp.select(exp.alias_(value, column.copy())).from_(inner)
+        table.replace(exp.Subquery(this=select, alias=exp.TableAlias(this=table_name)))
+
+
+# Function calls sqlglot parses that return a set or read a table (the others it knows are scalar);
+# the set-returning functions it does not know (jsonb_each, regexp_matches, ...) are exp.Anonymous.
+# By name as well, so that a table function a later sqlglot adds is left alone too (read_csv as a
+# scalar call lost its "reading files is not allowed" error).
+_SET_RETURNING = (exp.Explode, exp.Posexplode, exp.Inline, exp.Unnest, exp.GenerateSeries,
+                  exp.ExplodingGenerateSeries, exp.UDTF, exp.Anonymous, exp.ReadCSV, exp.ReadParquet)
+_SET_RETURNING_NAMES = ("Read", "Explode", "Posexplode", "Generate", "Generator", "Flatten", "Stack", "Unnest")
+
+
+def _returns_a_set(func: exp.Func) -> bool:
+    name = type(func).__name__.lstrip("_")
+    return isinstance(func, _SET_RETURNING) or name.startswith(_SET_RETURNING_NAMES) or "Table" in name
+
+
+def _scalar_function_tables(query: exp.Expression) -> None:
+    """`FROM f(args) [AS t[(c)]]` where f is a scalar function (abs, upper, now, ...): PostgreSQL
+    reads it as a table of one row whose column is named c, else t, else f. Rewritten to that
+    row as a subquery, when the arguments read no other table's columns. Mutates `query`."""
+    for table in list(query.find_all(exp.Table)):
+        func = table.this
+        if not isinstance(func, exp.Func) or _returns_a_set(func) or table.args.get("ordinality") \
+                or any(True for _ in func.find_all(exp.Column)):
+            continue
+        alias = table.args.get("alias")
+        columns = alias.args.get("columns") if alias is not None else None
+        if columns and len(columns) > 1:
+            continue  # too many column names: refused as before
+        table_name = alias.this.copy() if alias is not None and alias.this else \
+            exp.to_identifier(postgres_column_name(cast(exp.Expression, func)))
+        column = columns[0].copy() if columns else table_name.copy()
+        select = exp.select(exp.alias_(func.copy(), column))
         table.replace(exp.Subquery(this=select, alias=exp.TableAlias(this=table_name)))
 
 

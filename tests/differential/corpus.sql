@@ -293,6 +293,10 @@ SELECT g, count(o.oid) AS n FROM generate_series(0, 10) AS g LEFT JOIN {orders} 
 -- ordered
 SELECT * FROM generate_series(-2, 4, 3), {depts} ORDER BY 1, dept;
 
+-- query: scalar functions in FROM, each a table of one row
+-- ordered
+SELECT * FROM abs(-3), upper('x') AS u, round(2.5) AS r(half), {depts} ORDER BY dept;
+
 -- query: VALUES list
 SELECT v.k, v.label, d.floor FROM (VALUES ('eng', 'E'), ('ops', 'O'), ('none', 'N')) AS v(k, label)
 LEFT JOIN {depts} d ON d.dept = v.k;
