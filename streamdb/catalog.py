@@ -13,8 +13,8 @@ from streamdb.types import SqlType, type_from_name
 
 # Connectors and sinks are catalog objects beside the relations (their own namespaces): they
 # hold no rows and never appear where relations are listed (pg_class, SHOW TABLES, ...).
-RelationKind = Literal["stream", "table", "view", "materialized_view", "connector", "sink", "function"]
-OBJECT_KINDS = ("connector", "sink", "function")
+RelationKind = Literal["stream", "table", "view", "materialized_view", "connector", "sink", "function", "index"]
+OBJECT_KINDS = ("connector", "sink", "function", "index")
 ColumnRole = Literal["KEY", "HEADERS", "HEADER"]
 
 # Relation OIDs start where Postgres starts user objects, so tools see familiar numbers.
@@ -246,5 +246,11 @@ class CatalogSnapshot:
         return replace(self, relations={**self.relations, rel.name: rel})
 
     def dependents(self, rel_id: int) -> list[RelationDef]:
-        """Relations, then sinks, that depend on a relation or connector."""
-        return [r for r in (*self.relations.values(), *self.objects.values()) if rel_id in r.depends_on]
+        """Relations, then sinks, that depend on a relation or connector. Not its indexes: they
+        are part of it, dropped with it (`indexes_of`)."""
+        return [r for r in (*self.relations.values(), *self.objects.values())
+                if rel_id in r.depends_on and r.kind != "index"]
+
+    def indexes_of(self, rel_id: int) -> list[RelationDef]:
+        """The declared indexes (CREATE INDEX) of a relation, by name."""
+        return [o for o in self.objects_of("index") if o.depends_on == (rel_id,)]

@@ -54,6 +54,10 @@ ROUND_TRIPS: list[tuple[str, str, type[exp.Expr]]] = [
     ("DROP SINK snk RESTRICT", "DROP SINK snk RESTRICT", exp.Drop),
     ("DROP TABLE a, b", "DROP TABLE a, b", exp.Drop),
     ("DROP VIEW v", "DROP VIEW v", exp.Drop),
+    ("DROP INDEX CONCURRENTLY IF EXISTS a, b CASCADE", "DROP INDEX IF EXISTS a, b CASCADE", exp.Drop),
+    ("CREATE INDEX i ON t (a, b)", "CREATE INDEX i ON t(a, b)", exp.Create),
+    ("create index if not exists on public.t using hash (a) include (c)",
+     "CREATE INDEX IF NOT EXISTS ON public.t USING hash(a) INCLUDE (c)", exp.Create),
     ("DROP MATERIALIZED VIEW IF EXISTS mv", "DROP MATERIALIZED VIEW IF EXISTS mv", exp.Drop),
     # SHOW
     ("SHOW STREAMS", "SHOW STREAMS", ast.ShowObjects),

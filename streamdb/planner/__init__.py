@@ -88,6 +88,10 @@ def plan(node: exp.Expression, ctx: PlanContext, sql: str = "") -> Plan:
             from streamdb.planner import create_plain_view
 
             return create_plain_view.plan(node, ctx, sql)
+        if kind == "INDEX":
+            from streamdb.planner import create_index
+
+            return create_index.plan(node, ctx, sql)
         raise FeatureNotSupported(f"CREATE {kind} is not supported")
     if isinstance(node, exp.Drop):
         return drop.plan(node, ctx)

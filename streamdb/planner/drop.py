@@ -32,6 +32,8 @@ def plan(stmt: exp.Drop, ctx: PlanContext) -> DropPlan | DropObjectPlan:
         return plan_object(stmt, "sink")
     if raw == "CONNECTOR":
         return plan_object(stmt, "connector")
+    if raw == "INDEX":
+        return plan_object(stmt, "index")
     if raw in ("FUNCTION", "AGGREGATE"):
         from streamdb.planner import functions
 

@@ -89,9 +89,13 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
         if value is None or name in keys:
             return None
         keys[name] = value
+    # In the relation's column order, whatever the WHERE's: lookups on the same columns share
+    # one index, a declared one (CREATE INDEX, runtime/indexes.py) among them.
+    order = {name: i for i, name in enumerate(types)}
+    names = sorted(keys, key=order.__getitem__)
     return PointLookup(relation_id=rel_id, outputs=tuple(outputs),
-                       key_columns=tuple(keys), key_params=tuple(p for p, _ in keys.values()),
-                       key_literals=tuple(v for _, v in keys.values()))
+                       key_columns=tuple(names), key_params=tuple(keys[n][0] for n in names),
+                       key_literals=tuple(keys[n][1] for n in names))
 
 
 def counted_relation(query: exp.Expression, inputs: tuple[RelationInput, ...], ctx: PlanContext) -> int | None:

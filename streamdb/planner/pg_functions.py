@@ -502,8 +502,10 @@ class _Rewriter:
 
     def pg_get_indexdef(self, args: list[exp.Expression]) -> exp.Expression:
         x = args[0]
-        full = self.by_relation(x, lambda r: sc.index_def(r) if sc.has_pkey(r) else None,
-                                sc.index_oid)
+        declared = sc.user_indexes(self.catalog)  # CREATE INDEX's, after the primary keys'
+        full = _case(x, [*((_lit(sc.index_oid(r)), _lit(sc.index_def(r)))
+                           for r in sorted(self.catalog.relations.values(), key=lambda r: r.id) if sc.has_pkey(r)),
+                         *((_lit(i.oid), _lit(sc.user_index_def(i, r))) for i, r in declared)], _null())
         if len(args) < 2:
             return full
         col = args[1]
@@ -517,6 +519,12 @@ class _Rewriter:
                     this=exp.EQ(this=x.copy(), expression=_lit(sc.index_oid(rel))),
                     expression=exp.EQ(this=col.copy(), expression=_lit(i))),
                     true=_lit(sc.quote_ident(c))))
+        for index, _ in declared:
+            for i, name in enumerate([*(c.name for c in index.columns), *sc.index_include(index)], start=1):
+                ifs.append(exp.If(this=exp.And(
+                    this=exp.EQ(this=x.copy(), expression=_lit(index.oid)),
+                    expression=exp.EQ(this=col.copy(), expression=_lit(i))),
+                    true=_lit(sc.quote_ident(name))))
         return exp.Case(ifs=ifs, default=_null())
 
     def pg_get_viewdef(self, args: list[exp.Expression]) -> exp.Expression:

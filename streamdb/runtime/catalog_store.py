@@ -116,6 +116,10 @@ class CatalogStore:
         # names it): the push query then ends with an error (ViewMaintainer._advance).
         gone = {r.id for r in (*remove, *(old for old, _ in rename))}
         remove = [*remove, *(t for t in transient.values() if gone & set(t.depends_on) and t not in remove)]
+        # A relation's indexes go with it (a rename keeps them: they hold its id, not its name).
+        dropped, kept = {r.id for r in remove}, {o.name for o in update if o.kind == "index"}
+        remove = [*remove, *(o for o in objects.values() if o.kind == "index" and dropped & set(o.depends_on)
+                             and o not in remove and o.name not in kept)]
 
         def name_in(rel: RelationDef) -> str:
             return f"{rel.kind}:{rel.name}" if rel.kind in OBJECT_KINDS else rel.name

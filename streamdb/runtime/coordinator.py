@@ -7,10 +7,12 @@ from typing import Any
 
 from streamdb.errors import FeatureNotSupported
 from streamdb.planner import plans as P
+from streamdb.planner.create_index import CreateIndexPlan
 from streamdb.planner.create_plain_view import CreatePlainViewPlan
 from streamdb.runtime.api import ExecutionResult
 from streamdb.runtime.statements import (
     copy,
+    create_index,
     create_plain_view,
     create_relation,
     cursor,
@@ -60,6 +62,7 @@ HANDLERS: dict[type, Handler] = {
     P.DropRolePlan: roles.execute_drop,
     P.GrantPlan: roles.execute_grant,
     CreatePlainViewPlan: create_plain_view.execute,
+    CreateIndexPlan: create_index.execute,
 }
 
 

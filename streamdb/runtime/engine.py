@@ -44,6 +44,9 @@ class Engine:
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.sessions: dict[int, object] = {}
         self.views = ViewMaintainer(self)
+        from streamdb.runtime.indexes import IndexWarmer
+
+        self.indexes = IndexWarmer(self)
         self.catalog.listeners.append(lambda: self.views.progressed(wake=True))
         from streamdb.runtime.connectors.manager import SourceManager
 
@@ -84,6 +87,7 @@ class Engine:
         self.views.pipelines.drop_stale_checkpoints()
         self.views.pipelines.drop_push_checkpoints()
         self.views.start()
+        self.indexes.start()
         self.sources.sync()
         self.sinks.sync()
         log.info("catalog version %d with %d relations", self.catalog.snapshot().version,
@@ -173,6 +177,7 @@ class Engine:
         return session
 
     def close(self) -> None:
+        self.indexes.stop()
         if self.spark is not None:
             try:
                 self.spark.stop()

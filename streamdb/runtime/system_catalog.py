@@ -57,6 +57,7 @@ INDEX_OID_BASE = 1_000_000
 CONSTRAINT_OID_BASE = 2_000_000
 HEAP_AM_OID = 2
 BTREE_AM_OID = 403
+HASH_AM_OID = 405
 DEFAULT_COLLATION_OID = 100
 C_COLLATION_OID = 950
 UTF8_ENCODING = 6
@@ -512,6 +513,32 @@ def index_def(rel: RelationDef) -> str:
             f"{quote_ident(rel.schema)}.{quote_ident(rel.name)} USING btree ({cols})")
 
 
+def user_indexes(cat: CatalogSnapshot) -> list[tuple[RelationDef, RelationDef]]:
+    """(index, its relation) of every declared index (CREATE INDEX), by index name."""
+    out = []
+    for index in cat.objects_of("index"):
+        rel = cat.by_id(index.depends_on[0]) if index.depends_on else None
+        if rel is not None and not rel.transient:
+            out.append((index, rel))
+    return out
+
+
+def has_index(cat: CatalogSnapshot, rel: RelationDef) -> bool:
+    return has_pkey(rel) or bool(cat.indexes_of(rel.id))
+
+
+def index_include(index: RelationDef) -> tuple[str, ...]:
+    return tuple(dict(index.extra).get("include") or ())
+
+
+def user_index_def(index: RelationDef, rel: RelationDef) -> str:
+    cols = ", ".join(quote_ident(c.name) for c in index.columns)
+    include = index_include(index)
+    shown = f" INCLUDE ({', '.join(quote_ident(c) for c in include)})" if include else ""
+    return (f"CREATE INDEX {quote_ident(index.name)} ON {quote_ident(rel.schema)}.{quote_ident(rel.name)} "
+            f"USING {dict(index.options).get('method', 'btree')} ({cols}){shown}")
+
+
 _AS_QUERY = re.compile(r"\bAS\s*(\(?\s*(?:SELECT|WITH|VALUES|TABLE)\b.*)$", re.I | re.S)
 
 
@@ -611,7 +638,7 @@ def _pg_class(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
             "relowner": role_oid(cat, rel.owner), "relam": HEAP_AM_OID if kind != "v" else 0,
             "relacl": relacl(cat, rel),
             "relfilenode": rel.oid if kind != "v" else 0, "reltuples": -1.0,
-            "relhasindex": has_pkey(rel), "relpersistence": "p", "relkind": kind,
+            "relhasindex": has_index(cat, rel), "relpersistence": "p", "relkind": kind,
             "relnatts": len(rel.columns), "relhasrules": kind == "v", "relispopulated": True,
             "relreplident": "d" if kind != "v" else "n",
         })
@@ -623,6 +650,15 @@ def _pg_class(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
                 "relpersistence": "p", "relkind": "i", "relnatts": len(rel.primary_key),
                 "relispopulated": True, "relreplident": "n",
             })
+    for index, rel in user_indexes(cat):
+        method = dict(index.options).get("method", "btree")
+        rows.append({
+            "oid": index.oid, "relname": index.name, "relnamespace": namespace_oid(rel.schema),
+            "relowner": role_oid(cat, rel.owner), "relam": HASH_AM_OID if method == "hash" else BTREE_AM_OID,
+            "relfilenode": index.oid, "reltuples": -1.0, "relpersistence": "p", "relkind": "i",
+            "relnatts": len(index.columns) + len(index_include(index)), "relispopulated": True,
+            "relreplident": "n",
+        })
     return rows
 
 
@@ -714,6 +750,17 @@ def _pg_index(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
             "indnkeyatts": len(keys), "indisunique": True, "indisprimary": True,
             "indimmediate": True, "indisvalid": True, "indisready": True, "indislive": True,
             "indkey": keys, "indcollation": [0] * len(keys), "indclass": [0] * len(keys),
+            "indoption": [0] * len(keys),
+        })
+    for index, rel in user_indexes(cat):
+        names = rel.column_names()
+        keys = [names.index(c.name) + 1 for c in index.columns if c.name in names]
+        included = [names.index(c) + 1 for c in index_include(index) if c in names]
+        rows.append({
+            "indexrelid": index.oid, "indrelid": rel.oid, "indnatts": len(keys) + len(included),
+            "indnkeyatts": len(keys), "indisunique": False, "indisprimary": False,
+            "indimmediate": True, "indisvalid": True, "indisready": True, "indislive": True,
+            "indkey": keys + included, "indcollation": [0] * len(keys), "indclass": [0] * len(keys),
             "indoption": [0] * len(keys),
         })
     return rows
@@ -856,7 +903,8 @@ def _user_proc(cat: CatalogSnapshot, f: RelationDef) -> Row:
 def _pg_am(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
     return [{"oid": HEAP_AM_OID, "amname": "heap", "amhandler": "heap_tableam_handler",
              "amtype": "t"},
-            {"oid": BTREE_AM_OID, "amname": "btree", "amhandler": "bthandler", "amtype": "i"}]
+            {"oid": BTREE_AM_OID, "amname": "btree", "amhandler": "bthandler", "amtype": "i"},
+            {"oid": HASH_AM_OID, "amname": "hash", "amhandler": "hashhandler", "amtype": "i"}]
 
 
 def _pg_collation(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
@@ -898,13 +946,13 @@ def _pg_views(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
 
 def _pg_matviews(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
     return [{"schemaname": r.schema, "matviewname": r.name, "matviewowner": r.owner,
-             "hasindexes": has_pkey(r), "ispopulated": True, "definition": view_definition(r)}
+             "hasindexes": has_index(cat, r), "ispopulated": True, "definition": view_definition(r)}
             for r in _user_rels(cat, "materialized_view")]
 
 
 def _pg_tables(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
     rows = [{"schemaname": r.schema, "tablename": r.name, "tableowner": r.owner,
-             "hasindexes": has_pkey(r)} for r in _user_rels(cat, "table", "stream")]
+             "hasindexes": has_index(cat, r)} for r in _user_rels(cat, "table", "stream")]
     for schema, name, _ in _system_relations():
         if schema == "pg_catalog" and name not in _SYSTEM_VIEWS:
             rows.append({"schemaname": schema, "tablename": name, "tableowner": BOOTSTRAP_ROLE})
@@ -914,7 +962,9 @@ def _pg_tables(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
 def _pg_indexes(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:
     return [{"schemaname": r.schema, "tablename": r.name, "indexname": pkey_name(r),
              "indexdef": index_def(r)} for r in _user_rels(cat, "table", "stream",
-                                                           "materialized_view") if has_pkey(r)]
+                                                           "materialized_view") if has_pkey(r)] + [
+        {"schemaname": r.schema, "tablename": r.name, "indexname": i.name, "indexdef": user_index_def(i, r)}
+        for i, r in user_indexes(cat)]
 
 
 def _pg_stat_activity(cat: CatalogSnapshot, s: SessionInfo) -> list[Row]:

@@ -278,6 +278,8 @@ _RISINGWAVE_ONLY: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("AS", "CHANGELOG", "FROM"), "AS CHANGELOG FROM", "SELECT STREAM or SUBSCRIBE reads a relation's changes."),
     (("CREATE", "TABLE", "ON", "CONFLICT"), "CREATE TABLE ... ON CONFLICT",
      "A table keeps the last write per primary key (ON CONFLICT OVERWRITE)."),
+    (("DISTRIBUTED", "BY"), "CREATE INDEX ... DISTRIBUTED BY",
+     "An index here is one hash index in the server that answers reads: leave DISTRIBUTED BY out."),
 )
 
 

@@ -142,7 +142,13 @@ async def _replace_view(ctx: ExecContext, rel: RelationDef, tag: str) -> Executi
                 engine.reader.forget(staged.id)
             raise
         swapped = replace(staged, name=rel.name)
-        commit, _, snapshot = engine.catalog.plan_change(remove=[current], rename=[(staged, swapped)])
+        # The view's indexes follow it where the new definition still has their columns.
+        by_name = {c.name: c for c in swapped.columns}
+        indexes = [replace(i, depends_on=(swapped.id,), columns=tuple(by_name[c.name] for c in i.columns))
+                   for i in catalog.indexes_of(current.id)
+                   if {c.name for c in i.columns} | set(dict(i.extra).get("include", ())) <= set(by_name)]
+        commit, _, snapshot = engine.catalog.plan_change(remove=[current], rename=[(staged, swapped)],
+                                                         update=indexes)
         # The old view's rows stay a moment: a read planned just before the swap still reads them
         # (dropped at once, it would read an empty view). A restart drops what is still pending.
         commit.drop_relations.remove(current.id)
