@@ -146,6 +146,9 @@ def test_mqtt_source_survives_kill9_and_broker_restarts(fresh_server):
         fresh_server.restart()
         with fresh_server.connect() as conn:
             wait_for(conn, "SELECT count(DISTINCT n) FROM events", [(201,)])
+            # As before the kill: the acknowledgements follow the commit, and a broker stopped
+            # before they reach it delivers those messages again (at least once; seen in CI).
+            time.sleep(0.5)
             broker.stop()
             wait_source(conn, "events", "retrying")
             broker.start()
