@@ -9,6 +9,8 @@ Three materialized views (issue 13), on one StreamDB server (real Spark, local[2
             WHERE rn <= 3
   minmax    min/max over a table with deletes:
             SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp
+  top_table the top 10 of a whole table with deletes (one partition holding every row):
+            SELECT id, v FROM tt ORDER BY v DESC LIMIT 10
   session   session windows per user over a stream of clicks (1,000 users), counted per session:
             SELECT u, window_start, window_end, count(*) AS n
             FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end
@@ -18,7 +20,8 @@ table's rows are deleted at each step; the table stops at --table-cap rows, 1M b
 each DELETE on a StreamDB table costs O(table) today, issue 14); `dim` holds 1,000 keys in 50 groups. At each size, after
 FLUSH, --probes single changes are made one at a time and timed from acknowledgement until the
 view shows them (polled every 20 ms): a new event for join_agg, a new top value for topn, for
-minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case), and
+minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case), for
+top_table the DELETE of the table's current top row (the view takes the next one in), and
 for session a click that starts a new session for a user (the user's sessions are recomputed
 from all their clicks: size / 1,000 of them). The stream `clicks` gets as many rows as `ev`, one
 second apart in event time.
@@ -74,6 +77,7 @@ VIEWS = {
     "topn": "SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM ev) q "
             "WHERE rn <= 3",
     "minmax": "SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp",
+    "top_table": "SELECT id, v FROM tt ORDER BY v DESC LIMIT 10",
     "session": "SELECT u, window_start, window_end, count(*) AS n "
                "FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end",
 }
@@ -170,7 +174,7 @@ def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_ca
         for c in systems:
             copy_rows(c, "ev", "k, v", rows)
         remaining -= n
-    if "minmax" not in views:
+    if not {"minmax", "top_table"} & set(views):
         return
     size = min(size, table_cap)
     if size <= data.table_rows:
@@ -223,6 +227,15 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             change = ("INSERT INTO ev (k, v) VALUES (%s, %s)", (k, data.top))
             check_sql, check = (f"SELECT v FROM {view} WHERE k = {k}",
                                 lambda rows, t=data.top: any(r[0] == t for r in rows))
+        elif view == "top_table":
+            mirror = pg if pg is not None else sdb
+            victim = mirror.execute("SELECT id FROM tt ORDER BY v DESC, id LIMIT 1").fetchone()[0]
+            data.deleted.add(victim)
+            change = ("DELETE FROM tt WHERE id = %s", (victim,))
+            expected = [r[0] for r in mirror.execute(
+                "SELECT v FROM tt WHERE id <> %s ORDER BY v DESC LIMIT 10", (victim,)).fetchall()]
+            check_sql, check = (f"SELECT v FROM {view} ORDER BY v DESC",
+                                lambda rows, t=expected: [r[0] for r in rows] == t)
         else:
             grp = data.rng.randrange(TABLE_GROUPS)
             lo = sdb.execute(f"SELECT lo FROM {view} WHERE grp = %s", (grp,)).fetchone()[0]

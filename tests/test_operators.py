@@ -326,37 +326,90 @@ def test_join_comparisons_keep_the_pairs_that_pass(harness: Harness, data: st.Da
 # ---- top-N per partition ----------------------------------------------------------------------
 
 @st.composite
-def topn_changes(draw: st.DrawFn) -> tuple[bool, int, int, list[list[tuple[Any, int]]]]:
+def topn_changes(draw: st.DrawFn) -> tuple[bool, int, int, int, list[list[tuple[Any, int]]]]:
     append_only = draw(st.booleans())
-    limit, offset = draw(st.integers(1, 3)), draw(st.integers(0, 1))
+    limit, offset, reserve = draw(st.integers(1, 3)), draw(st.integers(0, 1)), draw(st.integers(0, 2))
     make = lambda d: (d(st.sampled_from("pq")), d(st.integers(0, 9)), d(st.integers(0, 3)))  # noqa: E731
     batches = _batches(draw, make)
     if append_only:
         batches = [[c for c in b if c[1] > 0] or [(make(draw), 1)] for b in batches]
-    return append_only, limit, offset, batches
+    return append_only, limit, offset, reserve, batches
 
 
-@SETTINGS
-@given(topn_changes())
-def test_topn_equals_recomputation(harness: Harness, case: tuple[bool, int, int, list[list[tuple[Any, int]]]]) -> None:
-    append_only, limit, offset, batches = case
-    harness.spec([{"id": 3, "kind": "topn", "limit": limit, "offset": offset, "append_only": append_only,
-                   "order": [{"arg": 0, "type": "long", "desc": True}, {"arg": 1, "type": "long"}]}])
-    rows: Counter[Any] = Counter()
-    total: Counter[Any] = Counter()
+def _topn_expected(rows: Counter[Any], limit: int, offset: int) -> Counter[Any]:
+    expected: Counter[Any] = Counter()
+    for p in "pq":
+        ordered = sorted((item for item, c in rows.items() for _ in range(c) if item[0] == p),
+                         key=lambda it: (-it[1], it[2]))
+        for item in ordered[offset:offset + limit]:
+            expected[json.dumps(list(item))] += 1
+    return expected
+
+
+def _check_topn_batches(harness: Harness, limit: int, offset: int, batches: list[list[tuple[Any, int]]],
+                        rows: Counter[Any]) -> None:
+    """Sends each batch to operator 3; what it emitted, added to the top of `rows` (the state
+    before), is the top of the rows after each batch."""
+    total = _topn_expected(rows, limit, offset)
     for batch in batches:
         recs = [[3, 0, p, json.dumps([p, v, i]), None, [str(v), str(i)], w] for (p, v, i), w in batch]
         out, _ = harness.batch(recs)
         for item, w in batch:
             rows[item] += w
         _accumulate(total, out, lambda r: r[3])
-        expected: Counter[Any] = Counter()
-        for p in "pq":
-            ordered = sorted((item for item, c in rows.items() for _ in range(c) if item[0] == p),
-                             key=lambda it: (-it[1], it[2]))
-            for item in ordered[offset:offset + limit]:
-                expected[json.dumps(list(item))] += 1
-        assert total == expected
+        assert total == _topn_expected(rows, limit, offset)
+
+
+TOPN_ORDER = [{"arg": 0, "type": "long", "desc": True}, {"arg": 1, "type": "long"}]
+
+
+@SETTINGS
+@given(topn_changes())
+def test_topn_equals_recomputation(harness: Harness, case: tuple[bool, int, int, int, list[list[tuple[Any, int]]]]) -> None:
+    """With a reserve of 0-2 rows past the top, so deletes empty the cache, rows arrive both
+    before and after its last row, and the partition is read again."""
+    append_only, limit, offset, reserve, batches = case
+    harness.spec([{"id": 3, "kind": "topn", "limit": limit, "offset": offset, "append_only": append_only,
+                   "reserve": reserve, "order": TOPN_ORDER}])
+    _check_topn_batches(harness, limit, offset, batches, Counter())
+
+
+def test_topn_state_of_the_layout_before_the_cache_is_read_and_rewritten(harness: Harness) -> None:
+    """A partition whose value held only its top (as before the cache) gives the same top after
+    its next changes."""
+    before = {("p", 5, 0): 1, ("p", 3, 1): 2, ("p", 1, 0): 1, ("q", 2, 0): 1}
+    texts: dict[str, dict[str, str]] = {}
+    for (p, v, i), count in before.items():
+        texts.setdefault(f"3\u0000{p}", {})[json.dumps([p, v, i])] = json.dumps([str(count), str(v), str(i)])
+    values = {"3\u0000p": json.dumps([[json.dumps(["p", 5, 0]), 1], [json.dumps(["p", 3, 1]), 1]]),
+              "3\u0000q": json.dumps([[json.dumps(["q", 2, 0]), 1]])}
+    harness._send(json.dumps({"ops": [{"id": 3, "kind": "topn", "limit": 2, "offset": 0, "reserve": 1,
+                                       "order": TOPN_ORDER}], "texts": texts, "values": values}))
+    _check_topn_batches(harness, 2, 0, [
+        [(("p", 4, 0), 1)], [(("p", 5, 0), -1), (("q", 7, 0), 1)], [(("p", 4, 0), -1), (("p", 3, 1), -1)],
+        [(("p", 0, 0), 1), (("q", 2, 0), -1)], [(("p", 3, 1), -1), (("p", 1, 0), -1)]], Counter(before))
+
+
+def test_topn_reads_only_its_cache_while_it_holds_the_top(harness: Harness) -> None:
+    """A partition of 100 rows whose cache holds the top 3 and a reserve of 2, and whose other
+    rows' texts are unreadable: changes after the cache's last row and retractions the reserve
+    covers never read them (the top stays right), and the retraction that leaves the cache short
+    reads the partition again (and meets them)."""
+    rows = Counter({("p", v, 0): 1 for v in range(100)})
+    cached = [("p", v, 0) for v in range(99, 94, -1)]
+    texts = {"3\u0000p": {json.dumps(list(item)): json.dumps(["1", str(item[1]), "0"]) if item in cached else "!"
+                          for item in rows}}
+    value = json.dumps({"c": [[json.dumps(list(item)), 1, str(item[1]), "0"] for item in cached], "m": True})
+    harness._send(json.dumps({"ops": [{"id": 3, "kind": "topn", "limit": 3, "offset": 0, "reserve": 2,
+                                       "order": TOPN_ORDER}], "texts": texts, "values": {"3\u0000p": value}}))
+    _check_topn_batches(harness, 3, 0, [
+        [(("p", 99, 0), -1)], [(("p", 10, 1), 1)], [(("p", 98, 0), -1), (("p", 200, 0), 1)],
+        [(("p", 97, 0), -1)], [(("p", 150, 0), 1), (("p", 150, 0), -1)]], rows)
+    harness._send(json.dumps([[3, 0, "p", json.dumps(["p", v, 0]), None, [str(v), "0"], -1] for v in (200, 96)]))
+    assert harness.proc.stdout is not None
+    failed = json.loads(harness.proc.stdout.readline())
+    harness.proc.stdout.readline()  # the count of keys with state, which follows every batch
+    assert "corrupt state" in failed["error"], failed
 
 
 # ---- session windows per partition -----------------------------------------------------------

@@ -23,7 +23,7 @@ public final class Harness {
 
   public Harness(String specJson) {
     this.spec = Spec.parse(specJson);
-    // Optional "texts": {"<op id>\u0000<key>": {text key: value}}, state as an earlier layout left it.
+    // Optional "texts": {"<op id>\u0000<key>": {text key: value}}: state as an earlier layout left it.
     try {
       JsonNode texts = JSON.readTree(specJson).get("texts");
       if (texts != null) {
@@ -31,6 +31,12 @@ public final class Harness {
           MemoryKeyState st = states.computeIfAbsent(k.getKey(), x -> new MemoryKeyState());
           k.getValue().fields().forEachRemaining(t -> st.putText(t.getKey(), t.getValue().asText()));
         });
+      }
+      // Optional "values": {"<op id>\u0000<key>": value}, likewise.
+      JsonNode values = JSON.readTree(specJson).get("values");
+      if (values != null) {
+        values.fields().forEachRemaining(
+            k -> states.computeIfAbsent(k.getKey(), x -> new MemoryKeyState()).setValue(k.getValue().asText()));
       }
     } catch (java.io.IOException e) {
       throw new IllegalArgumentException(e);

@@ -521,18 +521,23 @@ public final class Operators {
   }
 
   /**
-   * The partition's rows with their counts and ORDER BY values, kept by row; the current top rows
-   * are cached in the value. Over append-only input only rows that can still reach the top are kept.
+   * The partition's rows with their counts and ORDER BY values, kept by row (one text each), and in
+   * the value the best of them in order: the top (OFFSET + LIMIT rows, with multiplicity) and up to
+   * {@code s.reserve} more distinct rows, with whether rows outside that cache exist. Every row
+   * outside ranks after every cached one, so a batch reads only its changed rows' texts: a changed
+   * row that ranks before the cache's last row (or any row, while nothing is outside) goes into the
+   * cache, others stay outside. Only when retractions leave the cache short of the top while rows
+   * are outside is the whole partition read and sorted again (once per {@code reserve} retracted
+   * top rows at worst). Over append-only input nothing can leave the top except by being passed,
+   * so rows below it are dropped for good and the cache is the whole stored partition.
    */
   static void topn(Spec.Op s, String key, Iterator<Rec> in, KeyState st, List<Rec> out) {
-    Map<String, Long> before = parseTop(st.value());
-    boolean changed = false;
+    Map<String, Ranked> changed = new LinkedHashMap<>();
     while (in.hasNext()) {
       Rec r = in.next();
       if (r.w == 0 || r.row == null) {
         continue;
       }
-      changed = true;
       String stored = st.text(r.row);
       long count = r.w;
       String[] keys;
@@ -554,38 +559,71 @@ public final class Operators {
         System.arraycopy(keys, 0, all, 1, keys.length);
         st.putText(r.row, strings(all));
       }
+      changed.put(r.row, new Ranked(r.row, count, keys));
     }
-    if (!changed) {
+    if (changed.isEmpty()) {
       return;
     }
-    List<Ranked> rows = new ArrayList<>();
-    for (Iterator<Map.Entry<String, String>> it = st.texts(); it.hasNext(); ) {
-      Map.Entry<String, String> e = it.next();
-      String[] parsed = parseStrings(e.getValue());
-      long count = Long.parseLong(parsed[0]);
-      if (count > 0) {
-        rows.add(new Ranked(e.getKey(), count, Arrays.copyOfRange(parsed, 1, parsed.length)));
+    long needed = s.limit < 0 ? Long.MAX_VALUE : s.offset + s.limit;
+    Comparator<Ranked> order = order(s);
+    TopCache cache = TopCache.parse(st.value());
+    Map<String, Long> before = cache == null ? parseTop(st.value()) : cache.top(s);
+    if (cache != null && s.limit >= 0) {
+      cache.rows.removeIf(r -> changed.containsKey(r.row));
+      // Against the last cached row before any is added: the rows outside rank after it.
+      Ranked last = cache.rows.isEmpty() ? null : cache.rows.get(cache.rows.size() - 1);
+      boolean added = false;
+      for (Ranked c : changed.values()) {
+        if (c.count <= 0) {
+          continue;
+        }
+        if (!cache.more || (last != null && order.compare(c, last) < 0)) {
+          cache.rows.add(c);
+          added = true;
+        }  // else after every cached row: it stays outside
       }
+      if (added) {
+        cache.rows.sort(order);  // sorted runs: near linear
+      }
+      if (cache.more && cache.multiplicity() < needed) {
+        cache = null;  // retractions emptied the top past the reserve: read the partition again
+      }
+    } else {
+      cache = null;  // no cache yet (a new key, the layout before the cache) or no LIMIT
     }
-    rows.sort(order(s));
-    Map<String, Long> after = new LinkedHashMap<>();
-    long skip = s.offset;
-    long take = s.limit < 0 ? Long.MAX_VALUE : s.limit;
-    long kept = 0;  // rows (with multiplicity) that can still matter: the top offset + limit
-    for (Ranked r : rows) {
-      long n = r.count;
-      long skipped = Math.min(skip, n);
-      skip -= skipped;
-      long taken = Math.min(take, n - skipped);
-      take -= taken;
-      if (taken > 0) {
-        after.put(r.row, taken);
+    if (cache == null) {
+      cache = new TopCache(new ArrayList<>(), false);
+      for (Iterator<Map.Entry<String, String>> it = st.texts(); it.hasNext(); ) {
+        Map.Entry<String, String> e = it.next();
+        String[] parsed = parseStrings(e.getValue());
+        long count = Long.parseLong(parsed[0]);
+        if (count > 0) {
+          cache.rows.add(new Ranked(e.getKey(), count, Arrays.copyOfRange(parsed, 1, parsed.length)));
+        }
       }
-      if (s.appendOnly && s.limit >= 0 && kept >= s.offset + s.limit) {
-        st.removeText(r.row);  // below the top over a stream: it can never come back
-      }
-      kept += n;
+      cache.rows.sort(order);
     }
+    // Keep the top and, over retracting input, `reserve` rows past it; the rest is outside.
+    long kept = 0;
+    int keep = 0;
+    while (keep < cache.rows.size() && kept < needed) {
+      kept += cache.rows.get(keep++).count;
+    }
+    if (!s.appendOnly) {
+      keep = (int) Math.min(cache.rows.size(), (long) keep + s.reserve);
+    }
+    if (keep < cache.rows.size()) {
+      List<Ranked> below = cache.rows.subList(keep, cache.rows.size());
+      if (s.appendOnly) {
+        for (Ranked r : below) {
+          st.removeText(r.row);  // below the top over a stream: it can never come back
+        }
+      } else {
+        cache.more = true;
+      }
+      below.clear();
+    }
+    Map<String, Long> after = cache.top(s);
     Map<String, Long> diff = new LinkedHashMap<>();
     for (Map.Entry<String, Long> e : before.entrySet()) {
       diff.merge(e.getKey(), -e.getValue(), Long::sum);
@@ -598,10 +636,88 @@ public final class Operators {
         out.add(new Rec(s.id, 0, key, e.getKey(), null, null, e.getValue()));
       }
     }
-    if (after.isEmpty()) {
+    if (cache.rows.isEmpty() && !cache.more) {
       st.clearValue();
     } else {
-      st.setValue(serializeTop(after));
+      st.setValue(cache.serialize());
+    }
+  }
+
+  /** A top-N partition's cached best rows, in order, and whether rows outside them exist. */
+  private static final class TopCache {
+    final List<Ranked> rows;
+    boolean more;
+
+    TopCache(List<Ranked> rows, boolean more) {
+      this.rows = rows;
+      this.more = more;
+    }
+
+    /** The cache of a value, or null for none (no value, or the layout before: the top alone). */
+    static TopCache parse(String text) {
+      if (text == null || !text.startsWith("{")) {
+        return null;
+      }
+      try {
+        JsonNode root = JSON.readTree(text);
+        List<Ranked> rows = new ArrayList<>();
+        for (JsonNode e : root.get("c")) {
+          String[] keys = new String[e.size() - 2];
+          for (int i = 0; i < keys.length; i++) {
+            JsonNode k = e.get(i + 2);
+            keys[i] = k.isNull() ? null : k.asText();
+          }
+          rows.add(new Ranked(e.get(0).asText(), e.get(1).asLong(), keys));
+        }
+        return new TopCache(rows, root.get("m").asBoolean());
+      } catch (Exception e) {
+        throw new IllegalStateException("corrupt top-N state: " + e.getMessage(), e);
+      }
+    }
+
+    String serialize() {
+      com.fasterxml.jackson.databind.node.ObjectNode root = JSON.createObjectNode();
+      ArrayNode c = root.putArray("c");
+      for (Ranked r : rows) {
+        ArrayNode e = c.addArray().add(r.row).add(r.count);
+        for (String k : r.keys) {
+          if (k == null) {
+            e.addNull();
+          } else {
+            e.add(k);
+          }
+        }
+      }
+      root.put("m", more);
+      return root.toString();
+    }
+
+    long multiplicity() {
+      long n = 0;
+      for (Ranked r : rows) {
+        n += r.count;
+      }
+      return n;
+    }
+
+    /** The rows OFFSET and LIMIT select, with their multiplicities in the top. */
+    Map<String, Long> top(Spec.Op s) {
+      Map<String, Long> top = new LinkedHashMap<>();
+      long skip = s.offset;
+      long take = s.limit < 0 ? Long.MAX_VALUE : s.limit;
+      for (Ranked r : rows) {
+        if (take == 0) {
+          break;
+        }
+        long skipped = Math.min(skip, r.count);
+        skip -= skipped;
+        long taken = Math.min(take, r.count - skipped);
+        take -= taken;
+        if (taken > 0) {
+          top.put(r.row, taken);
+        }
+      }
+      return top;
     }
   }
 

@@ -56,13 +56,15 @@ public final class Spec implements Serializable {
     public final long limit;                // TOPN: -1 for none
     public final long offset;               // TOPN
     public final List<SortKey> order;       // TOPN
+    public final int reserve;               // TOPN over retracting input: rows cached past the top
     public final long gapMicros;            // SESSION: the gap that ends a session
     public final String startKey;           // SESSION: the window_start field of an output row, as JSON `"name":`
     public final String endKey;             // SESSION: the window_end field
     final Residual residual;                // JOIN (inner): comparisons each emitted pair passes; or null
 
     Op(int id, Kind kind, String joinType, List<Agg> aggs, boolean global, boolean appendOnly, long limit,
-       long offset, List<SortKey> order, long gapMicros, String startKey, String endKey, Residual residual) {
+       long offset, List<SortKey> order, int reserve, long gapMicros, String startKey, String endKey,
+       Residual residual) {
       this.id = id;
       this.kind = kind;
       this.joinType = joinType;
@@ -72,6 +74,7 @@ public final class Spec implements Serializable {
       this.limit = limit;
       this.offset = offset;
       this.order = order;
+      this.reserve = reserve;
       this.gapMicros = gapMicros;
       this.startKey = startKey;
       this.endKey = endKey;
@@ -89,6 +92,9 @@ public final class Spec implements Serializable {
       return "right".equals(joinType) || "full".equals(joinType);
     }
   }
+
+  /** Rows a top-N keeps cached beyond its top (Operators.topn): retractions of that many top rows cost no re-read. */
+  static final int TOP_RESERVE = 32;
 
   private final Map<Integer, Op> ops;
 
@@ -126,7 +132,8 @@ public final class Spec implements Serializable {
         String endKey = m.writeValueAsString(n.path("bounds").path(1).asText("window_end")) + ":";
         ops.put(id, new Op(id, kind, n.path("join").asText("inner"), aggs, n.path("global").asBoolean(false),
                            n.path("append_only").asBoolean(false), n.path("limit").asLong(-1),
-                           n.path("offset").asLong(0), order, n.path("gap").asLong(0), startKey, endKey,
+                           n.path("offset").asLong(0), order, n.path("reserve").asInt(TOP_RESERVE),
+                           n.path("gap").asLong(0), startKey, endKey,
                            Residual.parse(n.get("residual"))));
       }
       return new Spec(ops);
