@@ -62,6 +62,9 @@ VIEWS = {
     "table_global": "SELECT count(*) AS n, sum(v) AS total, count(v) AS c FROM {t}",
     "top2": "SELECT grp, id, v FROM (SELECT grp, id, v, ROW_NUMBER() OVER (PARTITION BY grp ORDER BY v DESC, id) "
             "AS rn FROM {t}) q WHERE rn <= 2",
+    # RANK(): a top-N with ties (every row ranked within 2, peers of the 2nd included)
+    "rank2": "SELECT grp, id, v FROM (SELECT grp, id, v, RANK() OVER (PARTITION BY grp ORDER BY v DESC NULLS LAST) "
+             "AS r FROM {t}) q WHERE r <= 2",
     # a window function (recomputed per partition): an upsert that changes grp moves a row between
     # partitions, and both partitions' old results must go in the same batch
     "lag": "SELECT id, grp, v, lag(v) OVER (PARTITION BY grp ORDER BY id) AS prev FROM {t}",
@@ -1452,6 +1455,9 @@ def test_fetch_with_ties_matches_postgresql_ad_hoc_on_both_engines_and_in_a_view
     expected = _same_as_postgresql(conn, postgres_server, f"{t} (id INT PRIMARY KEY, v1 INT, v2 INT)", query, mv,
                                    changes, ordered=False)
     assert expected == [(1, 0), (3, 3), (3, 3)]  # ties are on both keys: (1, 0) has none
+    # kept as a top-N with ties (RANK() <= 3), not recomputed
+    plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN CREATE MATERIALIZED VIEW x_{unique} AS {query}").fetchall())
+    assert "strategy: incremental" in plan and "TopN 3 with ties" in plan, plan
     with pytest.raises(psycopg.errors.SyntaxError, match="WITH TIES cannot be specified without ORDER BY"):
         conn.execute(f"SELECT v1 FROM {t} FETCH FIRST 1 ROWS WITH TIES")
 

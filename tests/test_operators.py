@@ -326,52 +326,66 @@ def test_join_comparisons_keep_the_pairs_that_pass(harness: Harness, data: st.Da
 # ---- top-N per partition ----------------------------------------------------------------------
 
 @st.composite
-def topn_changes(draw: st.DrawFn) -> tuple[bool, int, int, int, list[list[tuple[Any, int]]]]:
-    append_only = draw(st.booleans())
-    limit, offset, reserve = draw(st.integers(1, 3)), draw(st.integers(0, 1)), draw(st.integers(0, 2))
-    make = lambda d: (d(st.sampled_from("pq")), d(st.integers(0, 9)), d(st.integers(0, 3)))  # noqa: E731
+def topn_changes(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[tuple[Any, int]]]]:
+    """A top-N's spec (with or without ties, over a stream or not, a reserve of 0-2 rows past the
+    top so that deletes empty the cache) and batches of (p, v, i) rows ordered by v DESC, and i
+    unless `by_v` (then rows of one v are peers, ordered by their text without ties)."""
+    ties = draw(st.booleans())
+    op = {"append_only": draw(st.booleans()), "limit": draw(st.integers(1, 3)),
+          "offset": 0 if ties else draw(st.integers(0, 1)), "reserve": draw(st.integers(0, 2)), "ties": ties,
+          "by_v": ties or draw(st.booleans())}
+    make = lambda d: (d(st.sampled_from("pq")), d(st.integers(0, 5 if op["by_v"] else 9)),  # noqa: E731
+                      d(st.integers(0, 3)))
     batches = _batches(draw, make)
-    if append_only:
+    if op["append_only"]:
         batches = [[c for c in b if c[1] > 0] or [(make(draw), 1)] for b in batches]
-    return append_only, limit, offset, reserve, batches
+    return op, batches
 
 
-def _topn_expected(rows: Counter[Any], limit: int, offset: int) -> Counter[Any]:
+def _topn_expected(rows: Counter[Any], op: dict[str, Any]) -> Counter[Any]:
     expected: Counter[Any] = Counter()
+    limit, offset = op["limit"], op["offset"]
     for p in "pq":
         ordered = sorted((item for item, c in rows.items() for _ in range(c) if item[0] == p),
-                         key=lambda it: (-it[1], it[2]))
-        for item in ordered[offset:offset + limit]:
+                         key=lambda it: (-it[1], json.dumps(list(it))) if op.get("by_v") else (-it[1], it[2]))
+        if op.get("ties"):  # RANK() <= limit: 1 + the rows before a row's peers
+            chosen = [it for it in ordered if 1 + next(j for j, x in enumerate(ordered) if x[1] == it[1]) <= limit]
+        else:
+            chosen = ordered[offset:offset + limit]
+        for item in chosen:
             expected[json.dumps(list(item))] += 1
     return expected
 
 
-def _check_topn_batches(harness: Harness, limit: int, offset: int, batches: list[list[tuple[Any, int]]],
+def _topn_spec(op: dict[str, Any]) -> dict[str, Any]:
+    order = [{"arg": 0, "type": "long", "desc": True}] + ([] if op.get("by_v") else [{"arg": 1, "type": "long"}])
+    return {"id": 3, "kind": "topn", "order": order,
+            **{k: v for k, v in op.items() if k in ("limit", "offset", "reserve", "ties", "append_only")}}
+
+
+def _check_topn_batches(harness: Harness, op: dict[str, Any], batches: list[list[tuple[Any, int]]],
                         rows: Counter[Any]) -> None:
     """Sends each batch to operator 3; what it emitted, added to the top of `rows` (the state
     before), is the top of the rows after each batch."""
-    total = _topn_expected(rows, limit, offset)
+    total = _topn_expected(rows, op)
     for batch in batches:
         recs = [[3, 0, p, json.dumps([p, v, i]), None, [str(v), str(i)], w] for (p, v, i), w in batch]
         out, _ = harness.batch(recs)
         for item, w in batch:
             rows[item] += w
         _accumulate(total, out, lambda r: r[3])
-        assert total == _topn_expected(rows, limit, offset)
-
-
-TOPN_ORDER = [{"arg": 0, "type": "long", "desc": True}, {"arg": 1, "type": "long"}]
+        assert total == _topn_expected(rows, op)
 
 
 @SETTINGS
 @given(topn_changes())
-def test_topn_equals_recomputation(harness: Harness, case: tuple[bool, int, int, int, list[list[tuple[Any, int]]]]) -> None:
-    """With a reserve of 0-2 rows past the top, so deletes empty the cache, rows arrive both
-    before and after its last row, and the partition is read again."""
-    append_only, limit, offset, reserve, batches = case
-    harness.spec([{"id": 3, "kind": "topn", "limit": limit, "offset": offset, "append_only": append_only,
-                   "reserve": reserve, "order": TOPN_ORDER}])
-    _check_topn_batches(harness, limit, offset, batches, Counter())
+def test_topn_equals_recomputation(harness: Harness, case: tuple[dict[str, Any], list[list[tuple[Any, int]]]]) -> None:
+    """ROW_NUMBER's top (with OFFSET) and RANK's (ties), over tables and streams; with a reserve of
+    0-2 rows past the top, deletes empty the cache, rows arrive both before and after its last
+    row, and the partition is read again."""
+    op, batches = case
+    harness.spec([_topn_spec(op)])
+    _check_topn_batches(harness, op, batches, Counter())
 
 
 def test_topn_state_of_the_layout_before_the_cache_is_read_and_rewritten(harness: Harness) -> None:
@@ -383,9 +397,9 @@ def test_topn_state_of_the_layout_before_the_cache_is_read_and_rewritten(harness
         texts.setdefault(f"3\u0000{p}", {})[json.dumps([p, v, i])] = json.dumps([str(count), str(v), str(i)])
     values = {"3\u0000p": json.dumps([[json.dumps(["p", 5, 0]), 1], [json.dumps(["p", 3, 1]), 1]]),
               "3\u0000q": json.dumps([[json.dumps(["q", 2, 0]), 1]])}
-    harness._send(json.dumps({"ops": [{"id": 3, "kind": "topn", "limit": 2, "offset": 0, "reserve": 1,
-                                       "order": TOPN_ORDER}], "texts": texts, "values": values}))
-    _check_topn_batches(harness, 2, 0, [
+    op = {"limit": 2, "offset": 0, "reserve": 1}
+    harness._send(json.dumps({"ops": [_topn_spec(op)], "texts": texts, "values": values}))
+    _check_topn_batches(harness, op, [
         [(("p", 4, 0), 1)], [(("p", 5, 0), -1), (("q", 7, 0), 1)], [(("p", 4, 0), -1), (("p", 3, 1), -1)],
         [(("p", 0, 0), 1), (("q", 2, 0), -1)], [(("p", 3, 1), -1), (("p", 1, 0), -1)]], Counter(before))
 
@@ -400,9 +414,9 @@ def test_topn_reads_only_its_cache_while_it_holds_the_top(harness: Harness) -> N
     texts = {"3\u0000p": {json.dumps(list(item)): json.dumps(["1", str(item[1]), "0"]) if item in cached else "!"
                           for item in rows}}
     value = json.dumps({"c": [[json.dumps(list(item)), 1, str(item[1]), "0"] for item in cached], "m": True})
-    harness._send(json.dumps({"ops": [{"id": 3, "kind": "topn", "limit": 3, "offset": 0, "reserve": 2,
-                                       "order": TOPN_ORDER}], "texts": texts, "values": {"3\u0000p": value}}))
-    _check_topn_batches(harness, 3, 0, [
+    op = {"limit": 3, "offset": 0, "reserve": 2}
+    harness._send(json.dumps({"ops": [_topn_spec(op)], "texts": texts, "values": {"3\u0000p": value}}))
+    _check_topn_batches(harness, op, [
         [(("p", 99, 0), -1)], [(("p", 10, 1), 1)], [(("p", 98, 0), -1), (("p", 200, 0), 1)],
         [(("p", 97, 0), -1)], [(("p", 150, 0), 1), (("p", 150, 0), -1)]], rows)
     harness._send(json.dumps([[3, 0, "p", json.dumps(["p", v, 0]), None, [str(v), "0"], -1] for v in (200, 96)]))

@@ -172,6 +172,7 @@ class TopN(Node):
     order: tuple[SortKey, ...] = ()
     limit: int | None = None
     offset: int = 0
+    with_ties: bool = False  # RANK() <= limit: every peer of the last row too (offset 0)
 
     def inputs(self) -> tuple[Node, ...]:
         return (self.input,)
@@ -179,7 +180,8 @@ class TopN(Node):
     def describe(self) -> str:
         keys = ", ".join(p.sql(dialect="postgres") for p in self.partition) or "()"
         order = ", ".join(k.expr.sql(dialect="postgres") + (" DESC" if k.desc else "") for k in self.order)
-        return f"TopN {self.limit} offset {self.offset} per partition {keys} by {order}"
+        ties = " with ties" if self.with_ties else ""
+        return f"TopN {self.limit}{ties} offset {self.offset} per partition {keys} by {order}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -775,7 +777,7 @@ class Lowering:
         return keys
 
     def topn_over(self, node: Node, out_exprs: list[exp.Expression], partition: list[exp.Expression],
-                  keys: list[SortKey], limit: int | None, offset: int) -> Node:
+                  keys: list[SortKey], limit: int | None, offset: int, with_ties: bool = False) -> Node:
         """TopN over the projected rows: the sort keys and partition are computed beside the output
         columns (hidden), ranked, then dropped."""
         hidden = [*partition, *(k.expr for k in keys)]
@@ -785,13 +787,14 @@ class Lowering:
         part = tuple(_col(c, e) for c, e in zip(cols[n_out:n_out + len(partition)], partition, strict=True))
         order = tuple(SortKey(_col(c, k.expr), k.desc, k.nulls_first)
                       for c, k in zip(cols[n_out + len(partition):], keys, strict=True))
-        ranked = TopN(cols, mapped, part, order, limit, offset)
+        ranked = TopN(cols, mapped, part, order, limit, offset, with_ties)
         final = tuple(self.fresh() for _ in out_exprs)
         return Map(final, ranked, tuple(_col(c, e) for c, e in zip(cols[:n_out], out_exprs, strict=True)))
 
     def row_number_filter(self, s: exp.Select) -> tuple[Node, list[str]] | None:
         """`SELECT .. FROM (SELECT .., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn FROM x) q
-        WHERE rn <= N` (or rn < N, rn = 1) without rn in the output: a TopN."""
+        WHERE rn <= N` (or rn < N, rn = 1) without rn in the output: a TopN. RANK() in place of
+        ROW_NUMBER() (and FETCH ... WITH TIES, rewritten to it): a TopN with ties."""
         frm = s.args.get("from_") or s.args.get("from")
         where = s.args.get("where")
         if frm is None or where is None or s.args.get("joins") or s.args.get("group") or \
@@ -800,10 +803,12 @@ class Lowering:
         inner: exp.Select = frm.this.this
         rn_name = None
         spec = None
+        with_ties = False
         for e in inner.expressions:
-            if isinstance(e, exp.Alias) and isinstance(e.this, exp.Window) and isinstance(e.this.this, exp.RowNumber):
-                rn_name, spec = _norm(e.alias), e.this
-        if rn_name is None or spec is None:
+            if isinstance(e, exp.Alias) and isinstance(e.this, exp.Window) and \
+                    (isinstance(e.this.this, exp.RowNumber) or _is_rank(e.this.this)):
+                rn_name, spec, with_ties = _norm(e.alias), e.this, not isinstance(e.this.this, exp.RowNumber)
+        if rn_name is None or spec is None or (with_ties and not spec.args.get("order")):
             return None
         limit = None
         rest: list[exp.Expression] = []
@@ -830,7 +835,7 @@ class Lowering:
         partition = [self.rewrite(p, env) for p in spec.args.get("partition_by") or []]
         keys = self.sort_keys(spec.args.get("order"), lambda e: self.rewrite(e, env), [], [])
         projected = [self.rewrite(e, env) for e in inner_exprs]
-        ranked = self.topn_over(node, projected, partition, keys, limit, 0)
+        ranked = self.topn_over(node, projected, partition, keys, limit, 0, with_ties)
         alias = _norm(frm.this.alias_or_name)
         outer_env = {(alias, n): c for n, c in zip(inner_names, ranked.columns, strict=True)}
         node = ranked
@@ -940,6 +945,13 @@ def _count(node: exp.Expression | None) -> int | None:
     if isinstance(value, exp.Literal) and not value.is_string:
         return int(value.name)
     raise Unsupported("a LIMIT or OFFSET that is not a constant")
+
+
+def _is_rank(e: exp.Expression) -> bool:
+    """RANK() as a window function (no arguments), as sqlglot parses it or as a rewrite builds it."""
+    if isinstance(e, exp.Rank):
+        return not e.expressions
+    return isinstance(e, exp.Anonymous) and str(e.this).upper() == "RANK" and not e.expressions
 
 
 def _rank_bound(c: exp.Expression, rn: str) -> int | None:
@@ -1354,7 +1366,8 @@ def share_common_subplans(root: Node) -> Node:
             sig = f"Reduce({sigs}, {canons(n.group, kids[0].columns)}, [{aggs}], {n.global_}, {expiry})"
         elif isinstance(n, TopN):
             order = ", ".join(f"{canon(k.expr, kids[0].columns)} {k.desc} {k.nulls_first}" for k in n.order)
-            sig = f"TopN({sigs}, {canons(n.partition, kids[0].columns)}, [{order}], {n.limit}, {n.offset})"
+            sig = f"TopN({sigs}, {canons(n.partition, kids[0].columns)}, [{order}], {n.limit}, {n.offset}" + \
+                (", ties)" if n.with_ties else ")")
         elif isinstance(n, Session):
             sig = (f"Session({sigs}, {canons(n.partition, kids[0].columns)}, {canon(n.ts, kids[0].columns)}, "
                    f"{n.gap_micros})")

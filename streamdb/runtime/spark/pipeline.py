@@ -796,7 +796,7 @@ class _Compiler:
                 arg, code = self.schemas.get((node, "code", j), (j, "string"))
                 order.append({"arg": arg, "type": code, "desc": key.desc, "nulls_first": key.nulls_first})
             return {"limit": -1 if node.limit is None else node.limit, "offset": node.offset, "order": order,
-                    "append_only": D.append_only(node.input)}
+                    "ties": node.with_ties, "append_only": D.append_only(node.input)}
         if isinstance(node, D.Session):
             return {"gap": node.gap_micros, "bounds": list(node.columns[-2:])}
         return {}

@@ -564,7 +564,6 @@ public final class Operators {
     if (changed.isEmpty()) {
       return;
     }
-    long needed = s.limit < 0 ? Long.MAX_VALUE : s.offset + s.limit;
     Comparator<Ranked> order = order(s);
     TopCache cache = TopCache.parse(st.value());
     Map<String, Long> before = cache == null ? parseTop(st.value()) : cache.top(s);
@@ -585,7 +584,7 @@ public final class Operators {
       if (added) {
         cache.rows.sort(order);  // sorted runs: near linear
       }
-      if (cache.more && cache.multiplicity() < needed) {
+      if (cache.more && !cache.holdsTop(s)) {
         cache = null;  // retractions emptied the top past the reserve: read the partition again
       }
     } else {
@@ -604,13 +603,10 @@ public final class Operators {
       cache.rows.sort(order);
     }
     // Keep the top and, over retracting input, `reserve` rows past it; the rest is outside.
-    long kept = 0;
-    int keep = 0;
-    while (keep < cache.rows.size() && kept < needed) {
-      kept += cache.rows.get(keep++).count;
-    }
+    int keep = cache.topRows(s);
     if (!s.appendOnly) {
-      keep = (int) Math.min(cache.rows.size(), (long) keep + s.reserve);
+      // With ties, the first row past the top too: it shows the rows outside are not peers of the top's last.
+      keep = (int) Math.min(cache.rows.size(), (long) keep + s.reserve + (s.ties ? 1 : 0));
     }
     if (keep < cache.rows.size()) {
       List<Ranked> below = cache.rows.subList(keep, cache.rows.size());
@@ -692,17 +688,58 @@ public final class Operators {
       return root.toString();
     }
 
-    long multiplicity() {
-      long n = 0;
-      for (Ranked r : rows) {
-        n += r.count;
+    /** How many of the first rows hold the top: OFFSET + LIMIT of them with multiplicity, or with
+     * ties every row whose rank (1 + the rows before its peers) is at most LIMIT. */
+    int topRows(Spec.Op s) {
+      long needed = s.limit < 0 ? Long.MAX_VALUE : s.offset + s.limit;
+      long seen = 0;
+      int n = 0;
+      if (s.ties) {
+        Comparator<Ranked> peers = keyOrder(s);
+        long rank = 1;
+        while (n < rows.size()) {
+          Ranked r = rows.get(n);
+          if (n > 0 && peers.compare(rows.get(n - 1), r) != 0) {
+            rank = seen + 1;
+          }
+          if (rank > s.limit) {
+            break;
+          }
+          seen += r.count;
+          n++;
+        }
+        return n;
+      }
+      while (n < rows.size() && seen < needed) {
+        seen += rows.get(n++).count;
       }
       return n;
     }
 
-    /** The rows OFFSET and LIMIT select, with their multiplicities in the top. */
+    /** Whether the cache decides the top though rows outside it exist (they rank after its last row). */
+    boolean holdsTop(Spec.Op s) {
+      int n = topRows(s);
+      if (s.ties) {
+        return n < rows.size();  // a cached row past the top: no row outside is a peer of the top's
+      }
+      long seen = 0;
+      for (int i = 0; i < n; i++) {
+        seen += rows.get(i).count;
+      }
+      return seen >= s.offset + s.limit;
+    }
+
+    /** The rows OFFSET and LIMIT select (with ties, every row ranked within LIMIT), with their
+     * multiplicities in the top. */
     Map<String, Long> top(Spec.Op s) {
       Map<String, Long> top = new LinkedHashMap<>();
+      if (s.ties) {
+        int n = topRows(s);
+        for (int i = 0; i < n; i++) {
+          top.put(rows.get(i).row, rows.get(i).count);
+        }
+        return top;
+      }
       long skip = s.offset;
       long take = s.limit < 0 ? Long.MAX_VALUE : s.limit;
       for (Ranked r : rows) {
@@ -722,6 +759,15 @@ public final class Operators {
   }
 
   private static Comparator<Ranked> order(Spec.Op s) {
+    Comparator<Ranked> keys = keyOrder(s);
+    return (x, y) -> {
+      int c = keys.compare(x, y);
+      return c != 0 ? c : ValueType.compareCodePoints(x.row, y.row);  // ties: a deterministic order
+    };
+  }
+
+  /** The ORDER BY alone: rows it finds equal are peers (they share a RANK()). */
+  private static Comparator<Ranked> keyOrder(Spec.Op s) {
     return (x, y) -> {
       for (int i = 0; i < s.order.size(); i++) {
         Spec.SortKey k = s.order.get(i);
@@ -740,7 +786,7 @@ public final class Operators {
           return c;
         }
       }
-      return ValueType.compareCodePoints(x.row, y.row);  // ties: a deterministic order
+      return 0;
     };
   }
 

@@ -57,13 +57,14 @@ public final class Spec implements Serializable {
     public final long offset;               // TOPN
     public final List<SortKey> order;       // TOPN
     public final int reserve;               // TOPN over retracting input: rows cached past the top
+    public final boolean ties;              // TOPN: RANK() <= LIMIT (peers of the last row kept), no OFFSET
     public final long gapMicros;            // SESSION: the gap that ends a session
     public final String startKey;           // SESSION: the window_start field of an output row, as JSON `"name":`
     public final String endKey;             // SESSION: the window_end field
     final Residual residual;                // JOIN (inner): comparisons each emitted pair passes; or null
 
     Op(int id, Kind kind, String joinType, List<Agg> aggs, boolean global, boolean appendOnly, long limit,
-       long offset, List<SortKey> order, int reserve, long gapMicros, String startKey, String endKey,
+       long offset, List<SortKey> order, int reserve, boolean ties, long gapMicros, String startKey, String endKey,
        Residual residual) {
       this.id = id;
       this.kind = kind;
@@ -75,6 +76,10 @@ public final class Spec implements Serializable {
       this.offset = offset;
       this.order = order;
       this.reserve = reserve;
+      this.ties = ties;
+      if (ties && (offset != 0 || limit < 0)) {
+        throw new IllegalArgumentException("a top-N with ties takes a LIMIT and no OFFSET");
+      }
       this.gapMicros = gapMicros;
       this.startKey = startKey;
       this.endKey = endKey;
@@ -133,6 +138,7 @@ public final class Spec implements Serializable {
         ops.put(id, new Op(id, kind, n.path("join").asText("inner"), aggs, n.path("global").asBoolean(false),
                            n.path("append_only").asBoolean(false), n.path("limit").asLong(-1),
                            n.path("offset").asLong(0), order, n.path("reserve").asInt(TOP_RESERVE),
+                           n.path("ties").asBoolean(false),
                            n.path("gap").asLong(0), startKey, endKey,
                            Residual.parse(n.get("residual"))));
       }
