@@ -223,6 +223,10 @@ class CatalogSnapshot:
     def object(self, kind: str, name: str) -> RelationDef | None:
         return self.objects.get(f"{kind}:{name}")
 
+    def holding_name(self, name: str) -> RelationDef | None:
+        """The relation or index (one namespace in PostgreSQL's pg_class) that has `name`."""
+        return self.relations.get(name) or self.objects.get(f"index:{name}")
+
     def objects_of(self, kind: str) -> list[RelationDef]:
         return sorted((o for o in self.objects.values() if o.kind == kind), key=lambda o: o.name)
 

@@ -81,6 +81,13 @@ def test_an_index_on_a_view_is_listed_used_kept_current_and_dropped(server, conn
         (f"CREATE INDEX ON {s} (a)", "0A000", f'cannot create index on stream "{s}"'),
         (f"CREATE INDEX {mv}_grp ON {t} (v)", "42P07", f'relation "{mv}_grp" already exists'),
         (f"CREATE INDEX {t} ON {mv} (n)", "42P07", f'relation "{t}" already exists'),
+        # and an index's name is a relation's name (pg_class): no relation takes it
+        (f"CREATE TABLE {mv}_grp (a INT)", "42P07", f'relation "{mv}_grp" already exists'),
+        (f"CREATE STREAM {mv}_grp (a INT)", "42P07", f'relation "{mv}_grp" already exists'),
+        (f"CREATE VIEW {mv}_grp AS SELECT 1 AS a", "42P07", f'relation "{mv}_grp" already exists'),
+        (f"CREATE OR REPLACE VIEW {mv}_grp AS SELECT 1 AS a", "42P07", f'relation "{mv}_grp" already exists'),
+        (f"CREATE MATERIALIZED VIEW {mv}_grp AS SELECT * FROM {t}", "42P07", f'relation "{mv}_grp" already exists'),
+        (f"ALTER VIEW {plain} RENAME TO {mv}_grp", "42P07", f'relation "{mv}_grp" already exists'),
         (f"CREATE INDEX ON nope_{unique} (v)", "42P01", f'relation "nope_{unique}" does not exist'),
         (f"DROP INDEX nope_{unique}", "42704", f'index "nope_{unique}" does not exist'),
     ]:
@@ -88,6 +95,11 @@ def test_an_index_on_a_view_is_listed_used_kept_current_and_dropped(server, conn
             conn.execute(sql)
         assert refused.value.sqlstate == sqlstate and message in str(refused.value), (sql, refused.value)
         assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {mv}_grp (a INT)")
+    assert notices == [f'relation "{mv}_grp" already exists, skipping']
+    assert conn.execute("SELECT relkind FROM pg_class WHERE relname = %s", (f"{mv}_grp",)).fetchall() == [("i",)]
 
     conn.execute(f"DROP INDEX IF EXISTS nope_{unique}, {t}_grp_v_idx1")
     conn.execute(f"DROP INDEX {mv}_grp")

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from streamdb import udf
 from streamdb.catalog import OBJECT_KINDS, CatalogSnapshot, RelationDef, RoleDef
+from streamdb.errors import DuplicateTable
 from streamdb.storage.base import Commit, Snapshot, Storage
 
 CATALOG = "catalog"
@@ -133,6 +134,11 @@ class CatalogStore:
             commit.deletes.append((META, f"view:{rel.id}".encode()))  # a view's progress, if any
             commit.deletes.append((META, f"wm:{rel.id}".encode()))  # a stream's watermark, if any
             commit.drop_relations.append(rel.id)
+        # An index's name is a relation's name too (pg_class): a relation cannot take it.
+        for rel in (*add, *(new for _, new in rename)):
+            index = objects.get(f"index:{rel.name}")
+            if rel.kind not in OBJECT_KINDS and index is not None and index not in remove:
+                raise DuplicateTable(f'relation "{rel.name}" already exists', detail=f'"{rel.name}" is an index.')
         for rel in add:
             if rel.id == 0:
                 rel = replace(rel, id=next_id)

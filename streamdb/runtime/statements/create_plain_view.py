@@ -40,13 +40,13 @@ async def execute(plan: CreatePlainViewPlan, ctx: ExecContext) -> ExecutionResul
         catalog = engine.catalog.snapshot()
         if any(catalog.by_id(d) is None and catalog.object_by_id(d) is None for d in rel.depends_on):
             raise UndefinedTable(f'a relation view "{rel.name}" reads was dropped meanwhile')
-        existing = catalog.get(rel.name)
+        existing = catalog.holding_name(rel.name)
         if existing is None:
             commit, _, snapshot = engine.catalog.plan_change(add=[rel])
         elif plan.if_not_exists:
             return ExecutionResult("CREATE VIEW", notices=[Notice(
                 f'relation "{rel.name}" already exists, skipping', sqlstate="42P07")])
-        elif not plan.or_replace:
+        elif not plan.or_replace or existing.kind == "index":
             raise DuplicateTable(f'relation "{rel.name}" already exists')
         else:
             new = replacement(existing, rel)

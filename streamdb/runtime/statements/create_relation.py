@@ -43,7 +43,7 @@ async def execute(plan: CreateRelationPlan | CreateViewPlan, ctx: ExecContext) -
         if current is not None and current.kind == "materialized_view" and not plan.if_not_exists:
             return await _replace_view(ctx, rel, tag)
     async with engine.ddl_lock:
-        existing = engine.catalog.snapshot().get(rel.name)
+        existing = engine.catalog.snapshot().holding_name(rel.name)
         remove = []
         if existing is not None:
             if plan.if_not_exists:

@@ -43,7 +43,7 @@ async def execute(plan: RenamePlan, ctx: ExecContext) -> ExecutionResult:
             raise InsufficientPrivilege(f"must be owner of {words} {plan.name}")
         if plan.new_name == plan.name:
             return ExecutionResult(tag)
-        if catalog.get(plan.new_name) is not None:
+        if catalog.holding_name(plan.new_name) is not None:
             raise DuplicateTable(f'relation "{plan.new_name}" already exists')
         refuse_if_read_by_others(catalog, rel, f'rename {words} "{plan.name}"',
                                  "They name it in their SQL: drop them first and create them again after the rename.")
