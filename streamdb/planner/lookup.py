@@ -13,6 +13,8 @@ means the same in Python as in Postgres. Anything else takes the general path.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlglot import exp
 
 from streamdb import types as T
@@ -89,13 +91,17 @@ def point_lookup(query: exp.Expression, inputs: tuple[RelationInput, ...],
         if value is None or name in keys:
             return None
         keys[name] = value
-    # In the relation's column order, whatever the WHERE's: lookups on the same columns share
-    # one index, a declared one (CREATE INDEX, runtime/indexes.py) among them.
-    order = {name: i for i, name in enumerate(types)}
-    names = sorted(keys, key=order.__getitem__)
+    names = key_order(keys, tuple(types))
     return PointLookup(relation_id=rel_id, outputs=tuple(outputs),
                        key_columns=tuple(names), key_params=tuple(keys[n][0] for n in names),
                        key_literals=tuple(keys[n][1] for n in names))
+
+
+def key_order(columns: Iterable[str], relation_columns: tuple[str, ...]) -> tuple[str, ...]:
+    """Key columns in the relation's column order, each once, whatever the WHERE's order: lookups
+    on the same columns share one index, a declared one (CREATE INDEX, runtime/indexes.py) among them."""
+    order = {name: i for i, name in enumerate(relation_columns)}
+    return tuple(sorted(set(columns), key=lambda c: order.get(c, len(order))))
 
 
 def counted_relation(query: exp.Expression, inputs: tuple[RelationInput, ...], ctx: PlanContext) -> int | None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from streamdb.catalog import RelationDef
+from streamdb.planner.lookup import key_order
 from streamdb.runtime.catalog_store import stored_in
 
 if TYPE_CHECKING:
@@ -26,10 +28,8 @@ _FAILURE_BACKOFF_SECONDS = 5.0
 
 
 def index_columns(rel: RelationDef, columns: tuple[str, ...]) -> tuple[str, ...]:
-    """Key columns in the relation's column order, each once: the order point lookups use
-    (planner/lookup.py), so a lookup finds the declared index whatever order its WHERE has."""
-    order = {c.name: i for i, c in enumerate(rel.columns)}
-    return tuple(sorted(set(columns), key=lambda c: order.get(c, len(order))))
+    """The index's key columns in the order point lookups use, so a lookup finds it."""
+    return key_order(columns, tuple(c.name for c in rel.columns))
 
 
 def build_index(engine: Engine, rel: RelationDef, columns: tuple[str, ...]) -> bool:
@@ -63,8 +63,6 @@ class IndexWarmer:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        import time
-
         while not self._stop.wait(POLL_SECONDS):
             catalog = self._engine.catalog.snapshot()
             for index in catalog.objects_of("index"):

@@ -494,14 +494,10 @@ def _take_repeated(rows: pa.Table, counts: np.ndarray) -> pa.Table:
 
 def _repeated(changes: pa.Table, names: list[str]) -> pa.Table:
     """Changes that only add rows (weights > 0) as rows: each as many times as its weight."""
-    weights = changes.column(C.WEIGHT)
-    rows = changes.select(names)
-    if pc.all(pc.equal(weights, 1)).as_py() is not False:
-        return rows
-    if pc.any(pc.less_equal(weights, 0)).as_py():
+    weights = changes.column(C.WEIGHT).to_numpy()
+    if bool((weights <= 0).any()):
         raise InternalError("an append-only view's log holds a retraction")
-    repeat = [i for i, w in enumerate(weights.to_pylist()) for _ in range(w)]
-    return rows.take(pa.array(repeat, pa.int64()))
+    return _take_repeated(changes.select(names), weights)
 
 
 class _Patches:
