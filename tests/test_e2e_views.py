@@ -91,7 +91,19 @@ VIEWS = {
     "shared_table": "SELECT a.grp, a.n FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) a "
                     "JOIN (SELECT max(c.n) AS mx FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) c) m "
                     "ON a.n = m.mx",
+    # subqueries in WHERE as joins (planner/semijoins.py): table rows that gain or lose their
+    # match move stream rows in and out; NULL events test NOT IN's three-valued answer
+    "semi_in": "SELECT k, v FROM {s} WHERE k IN (SELECT id FROM {t} WHERE v > 3)",
+    "semi_in_pair": "SELECT k, v FROM {s} WHERE (k, v) IN (SELECT id, v FROM {t})",
+    "semi_exists": "SELECT id, grp FROM {t} t WHERE EXISTS (SELECT 1 FROM {s} s WHERE s.k = t.id AND s.v > 2)",
+    "anti_exists": "SELECT s.k, s.v FROM {s} s WHERE NOT EXISTS (SELECT 1 FROM {t} t WHERE t.id = s.k)",
+    "not_in_table": "SELECT k, v FROM {s} WHERE v NOT IN (SELECT v FROM {t} WHERE grp = 'a')",
+    "not_in_stream": "SELECT id, v FROM {t} WHERE v NOT IN (SELECT v FROM {s} WHERE k > 5)",
+    "exists_global": "SELECT grp, count(*) AS n FROM {t} WHERE EXISTS (SELECT 1 FROM {s} WHERE v > 8) GROUP BY grp",
+    "any_agg": "SELECT id, grp FROM {t} WHERE v = ANY (SELECT max(v) FROM {s} GROUP BY k)",
 }
+SUBQUERY_VIEWS = ("semi_in", "semi_in_pair", "semi_exists", "anti_exists", "not_in_table", "not_in_stream", "exists_global",
+                  "any_agg")
 
 
 def normalize(rows):
@@ -182,6 +194,7 @@ def recomputation_views(server):
         check_views(c, names)  # empty inputs
         status = {r[0]: r[2] for r in c.execute("SHOW QUERIES").fetchall()}
         assert status[f"mv_cte_values_{suffix}"] == status[f"mv_cte_chain_{suffix}"] == "running (incremental)"
+        assert {status[f"mv_{name}_{suffix}"] for name in SUBQUERY_VIEWS} == {"running (incremental)"}
         yield t, s, names
         c.execute(f"DROP TABLE {t} CASCADE")
         c.execute(f"DROP STREAM {s} CASCADE")
@@ -236,7 +249,7 @@ def test_view_lifecycle_and_introspection(conn, unique):
 # The stateful shapes (their state lives in Spark's state store and must survive kill -9 exactly
 # once), plus a linear view and a view over a view.
 KILL_VIEWS = ("agg", "having", "distinct", "join", "left_join", "full_join", "join_agg", "count_distinct",
-              "stream_agg", "top2", "filter", "array_agg", "shared_table", "join_residual")
+              "stream_agg", "top2", "filter", "array_agg", "shared_table", "join_residual", "anti_exists")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,9 @@ nodes whose output changes follow from their input changes:
   filters), and at the top of a view Recompute (window functions and aggregates without an
   incremental form, recomputed per touched partition or group).
 
+Subqueries tested in WHERE (IN, EXISTS and their negations) become joins with the subquery's
+distinct rows (planner/semijoins.py).
+
 Scalar expressions stay sqlglot trees over the nodes' internal column names, typed, so the
 runtime renders them in Spark SQL with Postgres semantics. Planning is pure: nothing here
 touches Spark or disk. A query that does not lower says why (`Unsupported`), and that reason is
@@ -617,10 +620,17 @@ class Lowering:
         node, env = self.from_clause(s)
         where = s.args.get("where")
         if where is not None:
-            node, rest = _equalities_to_keys(node, [self.rewrite(c, env) for c in _conjuncts(where.this)])
+            from streamdb.planner.semijoins import lower_subquery_test, subquery_test
+
+            conjuncts = _conjuncts(where.this)
+            tests = [t for c in conjuncts if (t := subquery_test(c)) is not None]
+            plain = [c for c in conjuncts if subquery_test(c) is None]
+            node, rest = _equalities_to_keys(node, [self.rewrite(c, env) for c in plain])
             pred = _and(rest)
             if pred is not None:
                 node = Filter(node.columns, node, pred)
+            for test, negated in tests:  # after the plain conditions: fewer rows kept in the join's state
+                node = lower_subquery_test(self, node, env, test, negated)
         items = _expand_stars(s.expressions, env)
         exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in items]
         names = [e.alias_or_name for e in items]

@@ -1,0 +1,93 @@
+"""Subqueries in WHERE planned as joins (planner/semijoins.py): which shapes are incremental, what
+they become, and why the others are recomputed. Their answers are checked end to end against
+recomputation in tests/test_e2e_views.py (semi_*, anti_*, not_in_* views)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamdb.planner import dataflow as D
+from tests.test_dataflow_rewrites import strategy
+
+
+def joins(df: D.Dataflow) -> list[D.Join]:
+    return [n for n in df.stateful() if isinstance(n, D.Join)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT b.auction, b.price FROM bid b WHERE b.auction IN (SELECT id FROM auction WHERE category = 10)",
+    "SELECT b.auction FROM bid b WHERE b.auction = ANY (SELECT id FROM auction)",
+    "SELECT auction FROM bid WHERE (auction, price) IN (SELECT id, seller FROM auction)",
+    "SELECT * FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction AND a.category = 10)",
+    # the equality written the other way round, and the subquery's own join
+    "SELECT b.price FROM bid b WHERE EXISTS (SELECT a.item_name FROM auction a JOIN person p ON p.id = a.seller "
+    "WHERE b.auction = a.id AND p.state = 'OR')",
+    # IN over an aggregate: its result rows, made distinct
+    "SELECT id FROM auction WHERE seller IN (SELECT max(price) FROM bid GROUP BY auction)",
+])
+def test_in_and_exists_are_an_inner_join_with_distinct_rows(sql: str) -> None:
+    df = strategy(sql).dataflow
+    assert df is not None, strategy(sql).reason
+    join = joins(df)[-1]
+    assert join.kind == "inner" and len(join.left_keys) == (2 if "(auction, price)" in sql else 1)
+    below = join.right
+    assert isinstance(below, D.Reduce) and not below.aggs  # DISTINCT: one match per row at most
+    assert not any(isinstance(n, D.Recompute) for n in df.nodes())
+
+
+def test_an_uncorrelated_exists_joins_on_a_constant() -> None:
+    df = strategy("SELECT auction FROM bid WHERE EXISTS (SELECT 1 FROM auction WHERE category = 3)").dataflow
+    assert df is not None
+    (join,) = joins(df)
+    assert join.kind == "inner" and [k.sql() for k in join.left_keys] == ["1"]
+
+
+def test_not_exists_is_a_left_join_kept_where_nothing_matched() -> None:
+    df = strategy("SELECT * FROM bid WHERE NOT EXISTS (SELECT 1 FROM auction WHERE auction.id = bid.auction)").dataflow
+    assert df is not None
+    (join,) = joins(df)
+    assert join.kind == "left"
+    above = [n for n in df.nodes() if isinstance(n, D.Filter) and n.input is join]
+    assert len(above) == 1 and above[0].predicate.sql().endswith(" IS NULL")
+
+
+def test_not_in_keeps_sqls_three_valued_answer() -> None:
+    df = strategy("SELECT auction FROM bid WHERE auction NOT IN (SELECT seller FROM auction)").dataflow
+    assert df is not None
+    # whether the subquery has rows, whether it has a NULL (both on a constant key), and the match
+    assert [j.kind for j in joins(df)] == ["left", "left", "left"]
+    assert [k.sql() for j in joins(df)[:2] for k in j.left_keys] == ["1", "1"]
+    top = next(n for n in df.nodes() if isinstance(n, D.Filter) and n.input is joins(df)[-1])
+    assert " IS NULL OR (NOT " in top.predicate.sql()
+
+
+def test_plain_conditions_filter_before_the_semi_join() -> None:
+    df = strategy("SELECT b.auction FROM bid b WHERE b.price > 5 AND b.auction IN (SELECT id FROM auction)").dataflow
+    assert df is not None
+    (join,) = joins(df)
+    left = join.left
+    while isinstance(left, D.Map):
+        left = left.input
+    assert isinstance(left, D.Filter) and "> 5" in left.predicate.sql()
+
+
+@pytest.mark.parametrize(("sql", "reason"), [
+    ("SELECT auction FROM bid b WHERE price > 5 OR auction IN (SELECT id FROM auction)", "subqueries in expressions"),
+    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.seller > b.price)",
+     "a correlated subquery condition other than an equality"),
+    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction + a.seller)",
+     "a correlated subquery condition over both sides of an equality"),
+    ("SELECT auction FROM bid b WHERE auction IN (SELECT id FROM auction a WHERE a.seller = b.price)",
+     "from outside the query"),
+    ("SELECT auction FROM bid WHERE (auction, price) NOT IN (SELECT id, seller FROM auction)",
+     "NOT IN with several columns"),
+    ("SELECT auction FROM bid WHERE price / 2.0 IN (SELECT id FROM auction)",
+     "a subquery compared with a column of another type"),
+    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction LIMIT 1)",
+     "EXISTS over a subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT"),
+    ("SELECT auction, (SELECT max(id) FROM auction) AS m FROM bid", "from outside the query"),
+])
+def test_other_subqueries_are_recomputed_and_say_why(sql: str, reason: str) -> None:
+    out = strategy(sql)
+    assert out.dataflow is None
+    assert reason in (out.reason or "")
