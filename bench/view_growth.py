@@ -11,6 +11,11 @@ Three materialized views (issue 13), on one StreamDB server (real Spark, local[2
             SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp
   top_table the top 10 of a whole table with deletes (one partition holding every row):
             SELECT id, v FROM tt ORDER BY v DESC LIMIT 10
+  semi_join the stream's events whose key is in a subquery over the table, counted (a view
+            with a subquery in WHERE was recomputed over its whole input every epoch before
+            2026-12-02, per touched group when it had GROUP BY):
+            SELECT count(*) AS n, max(e.v) AS hi FROM ev e
+            WHERE e.k IN (SELECT id FROM dim WHERE grp IN ('g1', 'g2', 'g3', 'g4', 'g5'))
   session   session windows per user over a stream of clicks (1,000 users), counted per session:
             SELECT u, window_start, window_end, count(*) AS n
             FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end
@@ -21,7 +26,8 @@ each DELETE on a StreamDB table costs O(table) today, issue 14); `dim` holds 1,0
 FLUSH, --probes single changes are made one at a time and timed from acknowledgement until the
 view shows them (polled every 20 ms): a new event for join_agg, a new top value for topn, for
 minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case), for
-top_table the DELETE of the table's current top row (the view takes the next one in), and
+top_table the DELETE of the table's current top row (the view takes the next one in), for
+semi_join a new top value for a key the subquery holds, and
 for session a click that starts a new session for a user (the user's sessions are recomputed
 from all their clicks: size / 1,000 of them). The stream `clicks` gets as many rows as `ev`, one
 second apart in event time.
@@ -78,6 +84,8 @@ VIEWS = {
             "WHERE rn <= 3",
     "minmax": "SELECT grp, min(v) AS lo, max(v) AS hi, count(*) AS n FROM tt GROUP BY grp",
     "top_table": "SELECT id, v FROM tt ORDER BY v DESC LIMIT 10",
+    "semi_join": "SELECT count(*) AS n, max(e.v) AS hi FROM ev e "
+                 "WHERE e.k IN (SELECT id FROM dim WHERE grp IN ('g1', 'g2', 'g3', 'g4', 'g5'))",
     "session": "SELECT u, window_start, window_end, count(*) AS n "
                "FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end",
 }
@@ -167,7 +175,7 @@ def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_ca
             rows = data.click_rows(min(chunk, size - data.clicks))
             for c in systems:
                 copy_rows(c, "clicks", "u, ts", rows)
-    remaining = size - data.events if {"join_agg", "topn"} & set(views) else 0
+    remaining = size - data.events if {"join_agg", "topn", "semi_join"} & set(views) else 0
     while remaining > 0:
         n = min(chunk, remaining)
         rows = data.event_rows(n)
@@ -221,6 +229,11 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             change = ("INSERT INTO clicks (u, ts) VALUES (%s, %s)", (u, start))
             check_sql, check = (f"SELECT n FROM {view} WHERE u = {u} AND window_start = '{start.isoformat(sep=' ')}'",
                                 lambda rows: rows == [(1,)])
+        elif view == "semi_join":
+            k = data.rng.randrange(KEYS // GROUPS) * GROUPS + data.rng.randrange(1, 6)  # grp g1 .. g5
+            data.top += 1
+            change = ("INSERT INTO ev (k, v) VALUES (%s, %s)", (k, data.top))
+            check_sql, check = (f"SELECT hi FROM {view}", lambda rows, t=data.top: rows == [(t,)])
         elif view == "topn":
             k = data.rng.randrange(KEYS)
             data.top += 1

@@ -91,7 +91,7 @@ VIEWS = {
     "shared_table": "SELECT a.grp, a.n FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) a "
                     "JOIN (SELECT max(c.n) AS mx FROM (SELECT grp, count(*) AS n FROM {t} GROUP BY grp) c) m "
                     "ON a.n = m.mx",
-    # subqueries in WHERE as joins (planner/semijoins.py): table rows that gain or lose their
+    # subqueries in WHERE as joins (planner/subqueries.py): table rows that gain or lose their
     # match move stream rows in and out; NULL events test NOT IN's three-valued answer
     "semi_in": "SELECT k, v FROM {s} WHERE k IN (SELECT id FROM {t} WHERE v > 3)",
     "semi_in_pair": "SELECT k, v FROM {s} WHERE (k, v) IN (SELECT id, v FROM {t})",
@@ -101,9 +101,16 @@ VIEWS = {
     "not_in_stream": "SELECT id, v FROM {t} WHERE v NOT IN (SELECT v FROM {s} WHERE k > 5)",
     "exists_global": "SELECT grp, count(*) AS n FROM {t} WHERE EXISTS (SELECT 1 FROM {s} WHERE v > 8) GROUP BY grp",
     "any_agg": "SELECT id, grp FROM {t} WHERE v = ANY (SELECT max(v) FROM {s} GROUP BY k)",
+    # scalar subqueries: an aggregate joined in (on a constant key, or by the correlated key;
+    # count reads 0 where no row matched)
+    "scalar_avg": "SELECT id, v FROM {t} WHERE v > (SELECT avg(v) FROM {t})",
+    "scalar_corr": "SELECT t.id, (SELECT max(s.v) FROM {s} s WHERE s.k = t.id) AS top, "
+                   "(SELECT count(*) FROM {s} s WHERE s.k = t.id) AS n FROM {t} t",
+    "scalar_count": "SELECT grp, count(*) AS n FROM {t} t WHERE (SELECT count(*) FROM {s} s WHERE s.k = t.id) > 1 "
+                    "GROUP BY grp",
 }
 SUBQUERY_VIEWS = ("semi_in", "semi_in_pair", "semi_exists", "anti_exists", "not_in_table", "not_in_stream", "exists_global",
-                  "any_agg")
+                  "any_agg", "scalar_avg", "scalar_corr", "scalar_count")
 
 
 def normalize(rows):

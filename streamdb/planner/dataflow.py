@@ -13,7 +13,7 @@ nodes whose output changes follow from their input changes:
   incremental form, recomputed per touched partition or group).
 
 Subqueries tested in WHERE (IN, EXISTS and their negations) become joins with the subquery's
-distinct rows (planner/semijoins.py).
+distinct rows (planner/subqueries.py).
 
 Scalar expressions stay sqlglot trees over the nodes' internal column names, typed, so the
 runtime renders them in Spark SQL with Postgres semantics. Planning is pure: nothing here
@@ -396,6 +396,19 @@ def _set_returning(node: Any) -> bool:
     return isinstance(node, exp.Anonymous) and str(node.this).lower() in _SET_RETURNING_NAMES
 
 
+def _outside_subqueries(e: Any) -> list[Any]:
+    """`e`'s nodes that are not inside a subquery of it."""
+    out: list[Any] = []
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        if n is not e and isinstance(n, (exp.Subquery, exp.Select)):
+            continue
+        stack.extend(n.iter_expressions())
+    return out
+
+
 def _has_subquery(node: exp.Expression) -> bool:
     return any(isinstance(n, (exp.Subquery, exp.Select, exp.Exists)) for n in node.walk() if n is not node) or \
         isinstance(node, (exp.Subquery, exp.Exists))
@@ -609,6 +622,13 @@ class Lowering:
         return node, env
 
     def select(self, s: exp.Select, top: bool) -> tuple[Node, list[str]]:
+        from streamdb.planner.subqueries import (
+            join_scalars,
+            lower_subquery_test,
+            scalar_subqueries,
+            subquery_test,
+        )
+
         if s.args.get("with"):
             raise Unsupported("WITH")
         for arg in ("laterals", "qualify", "windows", "connect", "pivots", "match"):
@@ -620,20 +640,29 @@ class Lowering:
         node, env = self.from_clause(s)
         where = s.args.get("where")
         if where is not None:
-            from streamdb.planner.semijoins import lower_subquery_test, subquery_test
-
             conjuncts = _conjuncts(where.this)
             tests = [t for c in conjuncts if (t := subquery_test(c)) is not None]
-            plain = [c for c in conjuncts if subquery_test(c) is None]
+            plain = [c for c in conjuncts if subquery_test(c) is None and not scalar_subqueries(c)]
             node, rest = _equalities_to_keys(node, [self.rewrite(c, env) for c in plain])
             pred = _and(rest)
             if pred is not None:
                 node = Filter(node.columns, node, pred)
             for test, negated in tests:  # after the plain conditions: fewer rows kept in the join's state
                 node = lower_subquery_test(self, node, env, test, negated)
+            for c in conjuncts:
+                if subquery_test(c) is None and scalar_subqueries(c):
+                    node, with_values, c = join_scalars(self, node, env, c)
+                    node = Filter(node.columns, node, self.rewrite(c, with_values))
         items = _expand_stars(s.expressions, env)
         exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in items]
         names = [e.alias_or_name for e in items]
+        if any(scalar_subqueries(e) for e in exprs) and not s.args.get("group") and not s.args.get("having") \
+                and not any(_bare_aggregate(n) or isinstance(n, exp.Window) for e in exprs
+                            for n in _outside_subqueries(e)):
+            # each row's value of a scalar subquery, joined in; aggregates over it are not (their
+            # subquery would be evaluated per group, after the aggregate)
+            for i, e in enumerate(exprs):
+                node, env, exprs[i] = join_scalars(self, node, env, e)
         if any(_set_returning(n) for e in exprs for n in e.walk()):
             # A row becomes several: no Map can say that, and Spark refuses a generator inside
             # the routing's CASE. The query runs as a batch instead (unnest in views).

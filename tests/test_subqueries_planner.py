@@ -1,4 +1,4 @@
-"""Subqueries in WHERE planned as joins (planner/semijoins.py): which shapes are incremental, what
+"""Subqueries planned as joins (planner/subqueries.py): which shapes are incremental, what
 they become, and why the others are recomputed. Their answers are checked end to end against
 recomputation in tests/test_e2e_views.py (semi_*, anti_*, not_in_* views)."""
 
@@ -85,9 +85,36 @@ def test_plain_conditions_filter_before_the_semi_join() -> None:
      "a subquery compared with a column of another type"),
     ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction LIMIT 1)",
      "EXISTS over a subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT"),
-    ("SELECT auction, (SELECT max(id) FROM auction) AS m FROM bid", "from outside the query"),
+    ("SELECT auction, count(*) AS n, (SELECT max(id) FROM auction) AS m FROM bid GROUP BY auction",
+     "from outside the query"),
+    ("SELECT auction FROM bid WHERE price > (SELECT seller FROM auction WHERE id = 1)",
+     "a scalar subquery that is not an aggregate (it could return several rows)"),
+    ("SELECT a.id, (SELECT count(*) + 1 FROM bid b WHERE b.auction = a.id) AS n FROM auction a",
+     "a correlated scalar subquery other than one aggregate call"),
+    ("SELECT a.id FROM auction a WHERE a.seller > (SELECT max(price) FROM bid b WHERE b.auction = a.id GROUP BY url)",
+     "a scalar subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT"),
 ])
 def test_other_subqueries_are_recomputed_and_say_why(sql: str, reason: str) -> None:
     out = strategy(sql)
     assert out.dataflow is None
     assert reason in (out.reason or "")
+
+
+def test_an_uncorrelated_scalar_subquery_is_a_left_join_on_a_constant() -> None:
+    df = strategy("SELECT auction, price FROM bid WHERE price > (SELECT avg(price) FROM bid)").dataflow
+    assert df is not None
+    (join,) = joins(df)
+    assert join.kind == "left" and [k.sql() for k in join.left_keys] == ["1"]
+    reduce = next(n for n in df.stateful() if isinstance(n, D.Reduce))
+    assert reduce.global_ and [a.fn for a in reduce.aggs] == ["avg"]  # one row, even over no bids
+
+
+def test_correlated_scalar_subqueries_join_their_grouped_aggregate_and_count_reads_0() -> None:
+    df = strategy("SELECT a.id, (SELECT max(price) FROM bid b WHERE b.auction = a.id) AS top, "
+                  "(SELECT count(*) FROM bid b WHERE b.auction = a.id) AS n FROM auction a").dataflow
+    assert df is not None
+    assert [j.kind for j in joins(df)] == ["left", "left"]
+    assert [(len(r.group), [a.fn for a in r.aggs]) for r in df.stateful() if isinstance(r, D.Reduce)] == \
+        [(1, ["max"]), (1, ["count_star"])]
+    top = df.root
+    assert isinstance(top, D.Map) and top.exprs[-1].sql().startswith("COALESCE(")

@@ -1,4 +1,4 @@
-"""Subqueries in WHERE as joins: IN, = ANY, EXISTS and their negations, decorrelated.
+"""Subqueries as joins: IN, = ANY, EXISTS and their negations in WHERE, and scalar aggregates.
 
 A conjunct of WHERE that tests a subquery (`x IN (SELECT y ...)`, `EXISTS (SELECT ... WHERE
 inner.k = outer.k ...)`, and NOT of either) keeps or drops each row of the query by whether a
@@ -13,9 +13,12 @@ by the join's delta rule like any other join: a change on either side touches on
   is dropped) when x is NULL or the subquery holds a NULL; otherwise whether x is absent. So two
   more left joins, on a constant key, say whether the subquery has rows and whether it has a NULL
   (each a DISTINCT of one constant, whose row changes only when the answer does).
+- A scalar subquery that is an aggregate: a left join with its one row (uncorrelated, on a
+  constant key) or with the aggregate grouped by the correlated keys (NULL where no group, 0 for
+  count).
 
-Only conjuncts of WHERE (not under OR, not in the select list), correlated by equalities: other
-shapes raise Unsupported and the view is recomputed, with that reason.
+Only conjuncts of WHERE for the tests (not under OR), correlated by equalities: other shapes raise
+Unsupported and the view is recomputed, with that reason. See docs/views.md, "Subqueries as joins".
 """
 
 from __future__ import annotations
@@ -152,17 +155,13 @@ def _in(low: Lowering, node: Node, env: Env, lhs: exp.Expression, query: exp.Exp
     return Filter(joined.columns, joined, exp.Or(this=empty, expression=exp.Paren(this=absent)))
 
 
-def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated: bool) -> Node:
-    select = _select_of(query)
-    if not isinstance(select, exp.Select):
-        raise Unsupported("EXISTS over a set operation")
-    if any(select.args.get(a) for a in _REFUSED_IN_EXISTS):
-        raise Unsupported("EXISTS over a subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT")
-    if any(isinstance(n, (exp.AggFunc, exp.Window)) for e in select.expressions for n in e.walk()):
-        raise Unsupported("EXISTS over an aggregate")
+def _correlation(select: exp.Select, what: str) -> tuple[list[exp.Expression], list[exp.Expression],
+                                                          list[exp.Expression]]:
+    """A subquery's WHERE split into (outer sides, inner sides) of its correlated equalities
+    (`inner.k = outer.k`) and the rest, its own condition; other correlated conditions refused."""
     frm = select.args.get("from_") or select.args.get("from")
     if frm is None:
-        raise Unsupported("EXISTS over a subquery without FROM")
+        raise Unsupported(f"{what} over a subquery without FROM")
     inner_aliases = {_norm(frm.this.alias_or_name), *(_norm(j.this.alias_or_name) for j in select.args.get("joins") or [])}
 
     def inner_only(e: exp.Expression) -> bool:
@@ -191,12 +190,29 @@ def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated:
                 raise Unsupported("a correlated subquery condition over both sides of an equality")
             continue
         raise Unsupported("a correlated subquery condition other than an equality")
+    return outer, inner, rest
+
+
+def _with_where(select: exp.Select, rest: list[exp.Expression]) -> Any:
+    out: Any = select.copy()
+    rest_where = _and([r.copy() for r in rest])
+    out.set("where", exp.Where(this=rest_where) if rest_where is not None else None)
+    return out
+
+
+def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated: bool) -> Node:
+    select = _select_of(query)
+    if not isinstance(select, exp.Select):
+        raise Unsupported("EXISTS over a set operation")
+    if any(select.args.get(a) for a in _REFUSED_IN_EXISTS):
+        raise Unsupported("EXISTS over a subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT")
+    if any(isinstance(n, (exp.AggFunc, exp.Window)) for e in select.expressions for n in e.walk()):
+        raise Unsupported("EXISTS over an aggregate")
+    outer, inner, rest = _correlation(select, "EXISTS")
     # Which inner rows exist, per correlated key: SELECT DISTINCT <inner keys> FROM ... WHERE rest.
-    keyed: Any = select.copy()
+    keyed = _with_where(select, rest)
     keyed.set("expressions", [exp.alias_(e.copy(), f"__k{i}", quoted=True) for i, e in enumerate(inner)]
               or [exp.alias_(_constant_key(), "__k", quoted=True)])
-    rest_where = _and([r.copy() for r in rest])
-    keyed.set("where", exp.Where(this=rest_where) if rest_where is not None else None)
     sub, _ = low.select(keyed, top=False)  # any other outer reference is Unsupported there
     if outer:
         keys = _key_pairs(low, env, outer, [e.type for e in inner])
@@ -211,3 +227,93 @@ def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated:
     right_keys = [_col(c, k) for c, k in zip(values.columns[:-1], right_keys, strict=True)]
     joined = Join(node.columns + values.columns, node, values, "left", tuple(keys), tuple(right_keys))
     return Filter(joined.columns, joined, _unmatched(matched))
+
+
+# ---- scalar subqueries ----------------------------------------------------------------------
+
+SCALAR_ALIAS = "__scalar"  # the env alias under which a scalar subquery's value column is named
+
+
+def scalar_subqueries(e: Any) -> list[exp.Subquery]:
+    """The scalar subqueries of `e` (not those of IN, EXISTS or ANY, nor ones inside another)."""
+    found = []
+    for n in e.find_all(exp.Subquery):
+        if isinstance(n.parent, (exp.In, exp.Exists, exp.Any)) or \
+                any(isinstance(a, exp.Subquery) for a in _ancestors_below(n, e)):
+            continue
+        found.append(n)
+    return found
+
+
+def _ancestors_below(n: exp.Expression, top: exp.Expression) -> list[Any]:
+    out: list[Any] = []
+    p = n.parent
+    while p is not None and p is not top:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def join_scalars(low: Lowering, node: Node, env: Env, e: Any) -> tuple[Node, Env, exp.Expression]:
+    """`e` with each scalar subquery in it replaced by a column of `node` joined with the
+    subquery's value: (the joined node, `env` with those columns, `e` rewritten). `node`'s own
+    columns keep their place and names."""
+    found = scalar_subqueries(e)
+    if not found:
+        return node, env, e
+    env = dict(env)
+    e = e.copy()
+    for sq in scalar_subqueries(e):
+        node, value, type_, count = _scalar(low, node, env, sq)
+        name = f"s{len([k for k in env if k[0] == SCALAR_ALIAS])}"
+        env[(SCALAR_ALIAS, name)] = value
+        ref: exp.Expression = exp.column(name, table=SCALAR_ALIAS)
+        ref.type = type_
+        if count:  # count over no rows is 0, where the left join pads NULL
+            ref = exp.Coalesce(this=ref, expressions=[exp.Literal.number(0)])
+            ref.type = type_
+        if sq is e:
+            e = ref
+        else:
+            sq.replace(ref)
+    return node, env, e
+
+
+def _scalar(low: Lowering, node: Node, env: Env, sq: exp.Subquery) -> tuple[Node, str, Any, bool]:
+    """`node` left-joined with the scalar subquery's value: (the node, the value's column, its type,
+    whether a row that met no key reads 0 there: a count, not NULL).
+
+    Only subqueries that give one row by their form: an aggregate without GROUP BY, uncorrelated
+    (one row always: a global Reduce), or correlated by equalities (one row per key: grouped by
+    the inner keys; a row that meets none gets the aggregate over no rows, NULL, or 0 for count)."""
+    from streamdb.planner.dataflow import _bare_aggregate
+
+    select = sq.this
+    if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+        raise Unsupported("a scalar subquery that is not one SELECT of one column")
+    if any(select.args.get(a) for a in _REFUSED_IN_EXISTS):
+        raise Unsupported("a scalar subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT")
+    item = select.expressions[0]
+    value = item.unalias() if isinstance(item, exp.Alias) else item
+    if not any(_bare_aggregate(n) for n in value.walk()):
+        raise Unsupported("a scalar subquery that is not an aggregate (it could return several rows)")
+    outer, inner, rest = _correlation(select, "a scalar subquery")
+    grouped = _with_where(select, rest)
+    if not outer:
+        sub, _ = low.select(grouped, top=False)  # one row, even over no rows
+        keyed_cols = (low.fresh(), low.fresh())
+        keyed = Map(keyed_cols, sub, (_constant_key(), _col(sub.columns[0])))
+        joined = Join(node.columns + keyed.columns, node, keyed, "left", (_constant_key(),), (_col(keyed_cols[0]),))
+        return joined, keyed_cols[1], value.type, False
+    count = isinstance(value, exp.Count)
+    if not (isinstance(value, exp.AggFunc) and _bare_aggregate(value)):
+        # over no rows it is the expression over NULL aggregates, which a padded NULL is not
+        raise Unsupported("a correlated scalar subquery other than one aggregate call")
+    grouped.set("expressions", [*(exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(inner)),
+                                exp.alias_(value.copy(), "__v", quoted=True)])
+    grouped.set("group", exp.Group(expressions=[k.copy() for k in inner]))
+    sub, _ = low.select(grouped, top=False)
+    keys = _key_pairs(low, env, outer, [k.type for k in inner])
+    right_keys = tuple(_col(c, k) for c, k in zip(sub.columns[:-1], keys, strict=True))
+    joined = Join(node.columns + sub.columns, node, sub, "left", tuple(keys), right_keys)
+    return joined, sub.columns[-1], value.type, count
