@@ -101,6 +101,11 @@ VIEWS = {
     "not_in_stream": "SELECT id, v FROM {t} WHERE v NOT IN (SELECT v FROM {s} WHERE k > 5)",
     "exists_global": "SELECT grp, count(*) AS n FROM {t} WHERE EXISTS (SELECT 1 FROM {s} WHERE v > 8) GROUP BY grp",
     "any_agg": "SELECT id, grp FROM {t} WHERE v = ANY (SELECT max(v) FROM {s} GROUP BY k)",
+    # a correlated IN (an EXISTS), and EXISTS with a comparison (a join with the key's max or
+    # min, kept where the comparison holds, or where it does not for NOT EXISTS)
+    "in_corr": "SELECT id, v FROM {t} t WHERE v IN (SELECT s.v FROM {s} s WHERE s.k = t.id)",
+    "exists_cmp": "SELECT id, v FROM {t} t WHERE EXISTS (SELECT 1 FROM {s} s WHERE s.k = t.id AND s.v > t.v)",
+    "not_exists_cmp": "SELECT k, v FROM {s} s WHERE NOT EXISTS (SELECT 1 FROM {t} t WHERE t.v >= s.v)",
     # scalar subqueries: an aggregate joined in (on a constant key, or by the correlated key;
     # count reads 0 where no row matched)
     "scalar_avg": "SELECT id, v FROM {t} WHERE v > (SELECT avg(v) FROM {t})",
@@ -110,7 +115,7 @@ VIEWS = {
                     "GROUP BY grp",
 }
 SUBQUERY_VIEWS = ("semi_in", "semi_in_pair", "semi_exists", "anti_exists", "not_in_table", "not_in_stream", "exists_global",
-                  "any_agg", "scalar_avg", "scalar_corr", "scalar_count")
+                  "any_agg", "in_corr", "exists_cmp", "not_exists_cmp", "scalar_avg", "scalar_corr", "scalar_count")
 
 
 def normalize(rows):

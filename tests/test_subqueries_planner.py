@@ -73,12 +73,16 @@ def test_plain_conditions_filter_before_the_semi_join() -> None:
 
 @pytest.mark.parametrize(("sql", "reason"), [
     ("SELECT auction FROM bid b WHERE price > 5 OR auction IN (SELECT id FROM auction)", "subqueries in expressions"),
-    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.seller > b.price)",
-     "a correlated subquery condition other than an equality"),
+    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.seller <> b.price)",
+     "a correlated subquery condition other than an equality or a comparison"),
+    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.seller > b.price AND a.id < b.auction)",
+     "a correlated subquery with several comparisons"),
     ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction + a.seller)",
-     "a correlated subquery condition over both sides of an equality"),
-    ("SELECT auction FROM bid b WHERE auction IN (SELECT id FROM auction a WHERE a.seller = b.price)",
+     "a correlated subquery condition over both sides of a comparison"),
+    ("SELECT auction FROM bid b WHERE auction NOT IN (SELECT id FROM auction a WHERE a.seller = b.price)",
      "from outside the query"),
+    ("SELECT a.id, (SELECT max(price) FROM bid b WHERE b.auction = a.id AND b.price < a.seller) AS m FROM auction a",
+     "a correlated subquery condition other than an equality"),
     ("SELECT auction FROM bid WHERE (auction, price) NOT IN (SELECT id, seller FROM auction)",
      "NOT IN with several columns"),
     ("SELECT auction FROM bid WHERE price / 2.0 IN (SELECT id FROM auction)",
@@ -118,3 +122,31 @@ def test_correlated_scalar_subqueries_join_their_grouped_aggregate_and_count_rea
         [(1, ["max"]), (1, ["count_star"])]
     top = df.root
     assert isinstance(top, D.Map) and top.exprs[-1].sql().startswith("COALESCE(")
+
+
+def test_a_correlated_in_is_an_exists_with_the_compared_columns_as_keys() -> None:
+    df = strategy("SELECT auction FROM bid b WHERE auction IN (SELECT id FROM auction a WHERE a.seller = b.price)").dataflow
+    assert df is not None
+    (join,) = joins(df)
+    assert join.kind == "inner" and len(join.left_keys) == 2  # seller = price, id = auction
+    assert isinstance(join.right, D.Reduce) and not join.right.aggs
+
+
+@pytest.mark.parametrize(("sql", "fn", "kind"), [
+    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction AND a.seller > b.price)",
+     "max", "inner"),
+    ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE b.price >= a.seller AND a.id = b.auction)",
+     "min", "inner"),
+    ("SELECT auction FROM bid b WHERE NOT EXISTS (SELECT 1 FROM auction a WHERE a.seller <= b.price)", "min", "left"),
+])
+def test_exists_with_one_comparison_joins_the_keys_max_or_min(sql: str, fn: str, kind: str) -> None:
+    """Some row passes `inner > outer` iff the key's max does: one row per key, so each outer row
+    meets at most one and keeps its multiplicity."""
+    df = strategy(sql).dataflow
+    assert df is not None
+    (join,) = joins(df)
+    assert join.kind == kind
+    (reduce,) = [n for n in df.stateful() if isinstance(n, D.Reduce)]
+    assert [a.fn for a in reduce.aggs] == [fn]
+    text = "\n".join(df.explain())
+    assert ("NOT COALESCE(" in text) == (kind == "left")

@@ -23,6 +23,7 @@ Unsupported and the view is recomputed, with that reason. See docs/views.md, "Su
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -121,6 +122,17 @@ def _key_pairs(low: Lowering, env: Env, outer: list[exp.Expression], inner_types
 def _in(low: Lowering, node: Node, env: Env, lhs: exp.Expression, query: exp.Expression, negated: bool) -> Node:
     select = _select_of(query)
     outer = list(lhs.expressions) if isinstance(lhs, exp.Tuple) else [lhs]
+    if not negated and isinstance(select, exp.Select) and _plain(select) and len(select.expressions) == len(outer):
+        corr = _correlation(select, "IN")
+        if corr.outer or corr.comparisons:
+            # Correlated: x IN (SELECT y FROM f WHERE c) is EXISTS (SELECT y FROM f WHERE c AND y = x).
+            equal = [exp.EQ(this=(e.unalias() if isinstance(e, exp.Alias) else e).copy(), expression=o.copy())
+                     for e, o in zip(select.expressions, outer, strict=True)]
+            where = select.args.get("where")
+            exists: Any = select.copy()
+            exists.set("where", exp.Where(this=_and([*(c.copy() for c in _conjuncts(where.this if where else None)),
+                                                     *equal])))
+            return _exists(low, node, env, exists, False)
     sub, _ = low.query(select)  # a correlated IN refers to columns outside it: Unsupported there
     if len(sub.columns) != len(outer):
         raise Unsupported("IN with a subquery of another width")
@@ -155,10 +167,32 @@ def _in(low: Lowering, node: Node, env: Env, lhs: exp.Expression, query: exp.Exp
     return Filter(joined.columns, joined, exp.Or(this=empty, expression=exp.Paren(this=absent)))
 
 
-def _correlation(select: exp.Select, what: str) -> tuple[list[exp.Expression], list[exp.Expression],
-                                                          list[exp.Expression]]:
-    """A subquery's WHERE split into (outer sides, inner sides) of its correlated equalities
-    (`inner.k = outer.k`) and the rest, its own condition; other correlated conditions refused."""
+# A comparison `inner OP outer` holds for some inner row iff it holds for the inner rows' max (for
+# > and >=) or min (for < and <=); flipped, the operator when the outer side is written first.
+_EXTREMUM: dict[type, str] = {exp.GT: "max", exp.GTE: "max", exp.LT: "min", exp.LTE: "min"}
+_FLIPPED: dict[type, type] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """A subquery's WHERE: its correlated equalities (outer sides, inner sides), its correlated
+    comparisons (inner side, operator as `inner OP outer`, outer side) and the rest, its own
+    condition."""
+
+    outer: list[exp.Expression]
+    inner: list[exp.Expression]
+    comparisons: list[tuple[exp.Expression, type, exp.Expression]]
+    rest: list[exp.Expression]
+
+    def equalities_only(self) -> Correlation:
+        if self.comparisons:
+            raise Unsupported("a correlated subquery condition other than an equality")
+        return self
+
+
+def _correlation(select: exp.Select, what: str) -> Correlation:
+    """The subquery's WHERE split by what it compares with the outer query; correlated conditions
+    other than equalities and plain comparisons refused."""
     frm = select.args.get("from_") or select.args.get("from")
     if frm is None:
         raise Unsupported(f"{what} over a subquery without FROM")
@@ -172,25 +206,25 @@ def _correlation(select: exp.Select, what: str) -> tuple[list[exp.Expression], l
         cols = list(e.find_all(exp.Column))
         return bool(cols) and all(c.table and _norm(c.table) not in inner_aliases for c in cols)
 
-    outer: list[exp.Expression] = []
-    inner: list[exp.Expression] = []
-    rest: list[exp.Expression] = []
+    found = Correlation([], [], [], [])
     where = select.args.get("where")
     for c in _conjuncts(where.this if where is not None else None):
         if not any(col.table and _norm(col.table) not in inner_aliases for col in c.find_all(exp.Column)):
-            rest.append(c)  # the subquery's own condition
+            found.rest.append(c)  # the subquery's own condition
             continue
-        if isinstance(c, exp.EQ):
-            for a, b in ((c.this, c.expression), (c.expression, c.this)):
-                if inner_only(a) and outer_only(b):
-                    inner.append(a)
-                    outer.append(b)
-                    break
-            else:
-                raise Unsupported("a correlated subquery condition over both sides of an equality")
-            continue
-        raise Unsupported("a correlated subquery condition other than an equality")
-    return outer, inner, rest
+        if not isinstance(c, (exp.EQ, *_EXTREMUM)):
+            raise Unsupported("a correlated subquery condition other than an equality or a comparison")
+        for a, b, op in ((c.this, c.expression, type(c)), (c.expression, c.this, _FLIPPED.get(type(c), exp.EQ))):
+            if inner_only(a) and outer_only(b):
+                if op is exp.EQ:
+                    found.inner.append(a)
+                    found.outer.append(b)
+                else:
+                    found.comparisons.append((a, op, b))
+                break
+        else:
+            raise Unsupported("a correlated subquery condition over both sides of a comparison")
+    return found
 
 
 def _with_where(select: exp.Select, rest: list[exp.Expression]) -> Any:
@@ -198,6 +232,13 @@ def _with_where(select: exp.Select, rest: list[exp.Expression]) -> Any:
     rest_where = _and([r.copy() for r in rest])
     out.set("where", exp.Where(this=rest_where) if rest_where is not None else None)
     return out
+
+
+def _plain(select: exp.Expression) -> bool:
+    """A SELECT ... FROM ... WHERE whose rows are its FROM's rows that pass WHERE."""
+    return isinstance(select, exp.Select) and bool(select.args.get("from_") or select.args.get("from")) and \
+        not any(select.args.get(a) for a in _REFUSED_IN_EXISTS) and \
+        not any(isinstance(n, (exp.AggFunc, exp.Window)) for e in select.expressions for n in e.walk())
 
 
 def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated: bool) -> Node:
@@ -208,9 +249,12 @@ def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated:
         raise Unsupported("EXISTS over a subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT")
     if any(isinstance(n, (exp.AggFunc, exp.Window)) for e in select.expressions for n in e.walk()):
         raise Unsupported("EXISTS over an aggregate")
-    outer, inner, rest = _correlation(select, "EXISTS")
+    corr = _correlation(select, "EXISTS")
+    if corr.comparisons:
+        return _exists_compared(low, node, env, select, corr, negated)
+    outer, inner = corr.outer, corr.inner
     # Which inner rows exist, per correlated key: SELECT DISTINCT <inner keys> FROM ... WHERE rest.
-    keyed = _with_where(select, rest)
+    keyed = _with_where(select, corr.rest)
     keyed.set("expressions", [exp.alias_(e.copy(), f"__k{i}", quoted=True) for i, e in enumerate(inner)]
               or [exp.alias_(_constant_key(), "__k", quoted=True)])
     sub, _ = low.select(keyed, top=False)  # any other outer reference is Unsupported there
@@ -227,6 +271,38 @@ def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated:
     right_keys = [_col(c, k) for c, k in zip(values.columns[:-1], right_keys, strict=True)]
     joined = Join(node.columns + values.columns, node, values, "left", tuple(keys), tuple(right_keys))
     return Filter(joined.columns, joined, _unmatched(matched))
+
+
+def _exists_compared(low: Lowering, node: Node, env: Env, select: exp.Select, corr: Correlation,
+                     negated: bool) -> Node:
+    """EXISTS with one correlated comparison (`inner.t > outer.t`) besides its equalities: some
+    inner row of the key passes it iff the key's max (or min) of `inner.t` does. So the join is
+    with one row per key, `SELECT <inner keys>, max(inner.t) ... GROUP BY <inner keys>` (each
+    row meets at most one: its multiplicity is kept), and the comparison is a condition on the
+    pair: kept where it holds, or for NOT EXISTS where it does not (NULL included: no row passed)."""
+    if len(corr.comparisons) != 1:
+        raise Unsupported("a correlated subquery with several comparisons")
+    (compared, op, outer_value), = corr.comparisons
+    grouped = _with_where(select, corr.rest)
+    extremum = exp.Max(this=compared.copy()) if _EXTREMUM[op] == "max" else exp.Min(this=compared.copy())
+    extremum.type = compared.type
+    grouped.set("expressions", [*(exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(corr.inner)),
+                                exp.alias_(extremum, "__m", quoted=True)])
+    if corr.inner:
+        grouped.set("group", exp.Group(expressions=[k.copy() for k in corr.inner]))
+    sub, _ = low.select(grouped, top=False)
+    right_keys: list[exp.Expression]
+    if corr.outer:
+        keys = _key_pairs(low, env, corr.outer, [k.type for k in corr.inner])
+        right_keys = [_col(c, k) for c, k in zip(sub.columns[:-1], keys, strict=True)]
+    else:  # one row, even over no inner rows (a global aggregate)
+        keys, right_keys = [_constant_key()], [_constant_key()]
+    test = op(this=_col(sub.columns[-1], compared), expression=low.rewrite(outer_value, env))
+    joined = Join(node.columns + sub.columns, node, sub, "left" if negated else "inner", tuple(keys),
+                  tuple(right_keys))
+    if negated:
+        test = exp.Not(this=exp.Coalesce(this=test, expressions=[exp.false()]))
+    return Filter(joined.columns, joined, test)
 
 
 # ---- scalar subqueries ----------------------------------------------------------------------
@@ -297,7 +373,8 @@ def _scalar(low: Lowering, node: Node, env: Env, sq: exp.Subquery) -> tuple[Node
     value = item.unalias() if isinstance(item, exp.Alias) else item
     if not any(_bare_aggregate(n) for n in value.walk()):
         raise Unsupported("a scalar subquery that is not an aggregate (it could return several rows)")
-    outer, inner, rest = _correlation(select, "a scalar subquery")
+    corr = _correlation(select, "a scalar subquery").equalities_only()
+    outer, inner, rest = corr.outer, corr.inner, corr.rest
     grouped = _with_where(select, rest)
     if not outer:
         sub, _ = low.select(grouped, top=False)  # one row, even over no rows
