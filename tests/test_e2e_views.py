@@ -106,6 +106,13 @@ VIEWS = {
     "in_corr": "SELECT id, v FROM {t} t WHERE v IN (SELECT s.v FROM {s} s WHERE s.k = t.id)",
     "exists_cmp": "SELECT id, v FROM {t} t WHERE EXISTS (SELECT 1 FROM {s} s WHERE s.k = t.id AND s.v > t.v)",
     "not_exists_cmp": "SELECT k, v FROM {s} s WHERE NOT EXISTS (SELECT 1 FROM {t} t WHERE t.v >= s.v)",
+    # tests inside expressions (under OR, in the select list) are values of left joins; IN's is
+    # three-valued (NULL for a NULL v, or a NULL event v)
+    "or_in": "SELECT k, v FROM {s} WHERE v > 8 OR k IN (SELECT id FROM {t} WHERE v > 3)",
+    "select_exists": "SELECT t.id, EXISTS (SELECT 1 FROM {s} s WHERE s.k = t.id) AS seen, "
+                     "t.v IN (SELECT v FROM {s}) AS hit FROM {t} t",
+    "or_not_exists": "SELECT k, v FROM {s} s WHERE v < 2 OR NOT EXISTS "
+                     "(SELECT 1 FROM {t} t WHERE t.id = s.k AND t.v > s.v)",
     # scalar subqueries: an aggregate joined in (on a constant key, or by the correlated key;
     # count reads 0 where no row matched)
     "scalar_avg": "SELECT id, v FROM {t} WHERE v > (SELECT avg(v) FROM {t})",
@@ -115,7 +122,8 @@ VIEWS = {
                     "GROUP BY grp",
 }
 SUBQUERY_VIEWS = ("semi_in", "semi_in_pair", "semi_exists", "anti_exists", "not_in_table", "not_in_stream", "exists_global",
-                  "any_agg", "in_corr", "exists_cmp", "not_exists_cmp", "scalar_avg", "scalar_corr", "scalar_count")
+                  "any_agg", "in_corr", "exists_cmp", "not_exists_cmp", "or_in", "select_exists",
+                  "or_not_exists", "scalar_avg", "scalar_corr", "scalar_count")
 
 
 def normalize(rows):

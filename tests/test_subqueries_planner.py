@@ -58,7 +58,8 @@ def test_not_in_keeps_sqls_three_valued_answer() -> None:
     assert [j.kind for j in joins(df)] == ["left", "left", "left"]
     assert [k.sql() for j in joins(df)[:2] for k in j.left_keys] == ["1", "1"]
     top = next(n for n in df.nodes() if isinstance(n, D.Filter) and n.input is joins(df)[-1])
-    assert " IS NULL OR (NOT " in top.predicate.sql()
+    # kept where x IN (q) is false: not where it is unknown (NULL)
+    assert top.predicate.sql().startswith("NOT CASE WHEN NOT ")
 
 
 def test_plain_conditions_filter_before_the_semi_join() -> None:
@@ -72,7 +73,10 @@ def test_plain_conditions_filter_before_the_semi_join() -> None:
 
 
 @pytest.mark.parametrize(("sql", "reason"), [
-    ("SELECT auction FROM bid b WHERE price > 5 OR auction IN (SELECT id FROM auction)", "subqueries in expressions"),
+    ("SELECT auction FROM bid b WHERE price > 5 OR auction IN (SELECT id FROM auction a WHERE a.seller = b.price)",
+     "from outside the query"),
+    ("SELECT auction FROM bid b WHERE price > 5 OR (auction, price) IN (SELECT id, seller FROM auction)",
+     "IN with several columns inside an expression"),
     ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.seller <> b.price)",
      "a correlated subquery condition other than an equality or a comparison"),
     ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.seller > b.price AND a.id < b.auction)",
@@ -150,3 +154,17 @@ def test_exists_with_one_comparison_joins_the_keys_max_or_min(sql: str, fn: str,
     assert [a.fn for a in reduce.aggs] == [fn]
     text = "\n".join(df.explain())
     assert ("NOT COALESCE(" in text) == (kind == "left")
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT auction FROM bid b WHERE price > 5 OR auction IN (SELECT id FROM auction)",
+    "SELECT auction FROM bid b WHERE price > 5 OR NOT EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction)",
+    "SELECT a.id, EXISTS (SELECT 1 FROM bid b WHERE b.auction = a.id) AS has_bids, "
+    "a.seller IN (SELECT auction FROM bid) AS sold FROM auction a",
+])
+def test_tests_inside_expressions_are_values_of_left_joins(sql: str) -> None:
+    """Under OR, or in the select list, a test is a value: EXISTS a left join's marker, IN its
+    three-valued CASE over the match, whether the subquery has rows and whether it has a NULL."""
+    df = strategy(sql).dataflow
+    assert df is not None, strategy(sql).reason
+    assert {j.kind for j in joins(df)} == {"left"}

@@ -623,9 +623,9 @@ class Lowering:
 
     def select(self, s: exp.Select, top: bool) -> tuple[Node, list[str]]:
         from streamdb.planner.subqueries import (
-            join_scalars,
+            join_subqueries,
             lower_subquery_test,
-            scalar_subqueries,
+            nested_subqueries,
             subquery_test,
         )
 
@@ -642,7 +642,7 @@ class Lowering:
         if where is not None:
             conjuncts = _conjuncts(where.this)
             tests = [t for c in conjuncts if (t := subquery_test(c)) is not None]
-            plain = [c for c in conjuncts if subquery_test(c) is None and not scalar_subqueries(c)]
+            plain = [c for c in conjuncts if subquery_test(c) is None and not nested_subqueries(c)]
             node, rest = _equalities_to_keys(node, [self.rewrite(c, env) for c in plain])
             pred = _and(rest)
             if pred is not None:
@@ -650,19 +650,19 @@ class Lowering:
             for test, negated in tests:  # after the plain conditions: fewer rows kept in the join's state
                 node = lower_subquery_test(self, node, env, test, negated)
             for c in conjuncts:
-                if subquery_test(c) is None and scalar_subqueries(c):
-                    node, with_values, c = join_scalars(self, node, env, c)
+                if subquery_test(c) is None and nested_subqueries(c):
+                    node, with_values, c = join_subqueries(self, node, env, c)
                     node = Filter(node.columns, node, self.rewrite(c, with_values))
         items = _expand_stars(s.expressions, env)
         exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in items]
         names = [e.alias_or_name for e in items]
-        if any(scalar_subqueries(e) for e in exprs) and not s.args.get("group") and not s.args.get("having") \
+        if any(nested_subqueries(e) for e in exprs) and not s.args.get("group") and not s.args.get("having") \
                 and not any(_bare_aggregate(n) or isinstance(n, exp.Window) for e in exprs
                             for n in _outside_subqueries(e)):
-            # each row's value of a scalar subquery, joined in; aggregates over it are not (their
+            # each row's value of a subquery, joined in; aggregates over it are not (their
             # subquery would be evaluated per group, after the aggregate)
             for i, e in enumerate(exprs):
-                node, env, exprs[i] = join_scalars(self, node, env, e)
+                node, env, exprs[i] = join_subqueries(self, node, env, e)
         if any(_set_returning(n) for e in exprs for n in e.walk()):
             # A row becomes several: no Map can say that, and Spark refuses a generator inside
             # the routing's CASE. The query runs as a batch instead (unnest in views).

@@ -147,8 +147,16 @@ def _in(low: Lowering, node: Node, env: Env, lhs: exp.Expression, query: exp.Exp
                     tuple(_col(c, k) for c, k in zip(distinct.columns, keys, strict=True)))
     if len(outer) != 1:
         raise Unsupported("NOT IN with several columns")
-    # NOT IN: kept where the subquery is empty, or where x is not NULL, no row of the subquery is
-    # NULL and none equals x.
+    joined, value = _in_value(low, node, sub, keys[0])
+    return Filter(joined.columns, joined, exp.Not(this=value))  # kept where x IN (q) is false
+
+
+def _in_value(low: Lowering, node: Node, sub: Node, x: exp.Expression) -> tuple[Node, exp.Expression]:
+    """`node` left-joined so that the returned expression is SQL's three-valued `x IN sub` (`sub`
+    of one column): true where some row equals x; false where `sub` is empty, or where x is not
+    NULL, no row of `sub` is NULL and none equals x; NULL otherwise. Whether `sub` has rows and
+    whether it has a NULL are joined on a constant key (their rows change only when the answer
+    does), the match on x."""
     (value,) = sub.columns
     some, has_rows = _marked_distinct(low, Map((low.fresh(),), sub, (_constant_key(),)))
     nulls_in = Filter(sub.columns, sub, exp.Is(this=_col(value), expression=exp.Null()))
@@ -158,13 +166,22 @@ def _in(low: Lowering, node: Node, env: Env, lhs: exp.Expression, query: exp.Exp
     for right, left_keys, right_keys in (
             (some, (_constant_key(),), (_col(some.columns[0]),)),
             (nulls, (_constant_key(),), (_col(nulls.columns[0]),)),
-            (values, tuple(keys), (_col(values.columns[0], keys[0]),))):
+            (values, (x,), (_col(values.columns[0], x),))):
         joined = Join(joined.columns + right.columns, joined, right, "left", left_keys, right_keys)
-    empty = _unmatched(has_rows)
-    absent = _and([exp.Not(this=exp.Is(this=keys[0].copy(), expression=exp.Null())),
-                   _unmatched(has_null), _unmatched(matched)])
-    assert absent is not None
-    return Filter(joined.columns, joined, exp.Or(this=empty, expression=exp.Paren(this=absent)))
+    unknown = exp.Or(this=exp.Is(this=x.copy(), expression=exp.Null()),
+                     expression=exp.Not(this=_unmatched(has_null)))
+    test = exp.Case(ifs=[exp.If(this=exp.Not(this=_unmatched(matched)), true=exp.true()),
+                         exp.If(this=_unmatched(has_rows), true=exp.false()),
+                         exp.If(this=unknown, true=_typed_null_boolean())],
+                    default=exp.false())
+    test.type = exp.DataType.build("boolean")
+    return joined, test
+
+
+def _typed_null_boolean() -> exp.Expression:
+    null = exp.Cast(this=exp.Null(), to=exp.DataType.build("boolean"))
+    null.type = exp.DataType.build("boolean")
+    return null
 
 
 # A comparison `inner OP outer` holds for some inner row iff it holds for the inner rows' max (for
@@ -273,6 +290,18 @@ def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated:
     return Filter(joined.columns, joined, _unmatched(matched))
 
 
+def _exists_value(low: Lowering, node: Node, env: Env, query: exp.Expression) -> tuple[Node, exp.Expression]:
+    """`node` left-joined so that the returned expression (never NULL) says whether the EXISTS
+    holds for each row: the anti-join's marker tested for a match."""
+    anti = _exists(low, node, env, query, True)  # Filter(left join, unmatched)
+    assert isinstance(anti, Filter)
+    found = exp.Not(this=anti.predicate)
+    if isinstance(anti.predicate, exp.Not):  # the comparison form: NOT COALESCE(test, FALSE)
+        found = anti.predicate.this
+    found.type = exp.DataType.build("boolean")
+    return anti.input, found
+
+
 def _exists_compared(low: Lowering, node: Node, env: Env, select: exp.Select, corr: Correlation,
                      negated: bool) -> Node:
     """EXISTS with one correlated comparison (`inner.t > outer.t`) besides its equalities: some
@@ -310,49 +339,89 @@ def _exists_compared(low: Lowering, node: Node, env: Env, select: exp.Select, co
 SCALAR_ALIAS = "__scalar"  # the env alias under which a scalar subquery's value column is named
 
 
-def scalar_subqueries(e: Any) -> list[exp.Subquery]:
-    """The scalar subqueries of `e` (not those of IN, EXISTS or ANY, nor ones inside another)."""
-    found = []
-    for n in e.find_all(exp.Subquery):
-        if isinstance(n.parent, (exp.In, exp.Exists, exp.Any)) or \
-                any(isinstance(a, exp.Subquery) for a in _ancestors_below(n, e)):
+def nested_subqueries(e: Any) -> list[exp.Expression]:
+    """The subqueries `e` reads as values: scalar subqueries, and IN, = ANY and EXISTS tests
+    (anywhere in it: under OR, NOT, CASE), not those inside another subquery."""
+    found: list[exp.Expression] = []
+    for n in e.walk():
+        if any(isinstance(a, (exp.Subquery, exp.Select, exp.Exists)) for a in _ancestors_below(n, e)):
             continue
-        found.append(n)
+        if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None):
+            found.append(n)
+        elif isinstance(n, exp.EQ) and isinstance(n.expression, exp.Any) and \
+                isinstance(n.expression.this, (exp.Subquery, exp.Select)):
+            found.append(n)
+        elif isinstance(n, exp.Subquery) and not isinstance(n.parent, (exp.In, exp.Exists, exp.Any)):
+            found.append(n)
     return found
 
 
 def _ancestors_below(n: exp.Expression, top: exp.Expression) -> list[Any]:
     out: list[Any] = []
-    p = n.parent
+    p = n.parent if n is not top else None
     while p is not None and p is not top:
         out.append(p)
         p = p.parent
     return out
 
 
-def join_scalars(low: Lowering, node: Node, env: Env, e: Any) -> tuple[Node, Env, exp.Expression]:
-    """`e` with each scalar subquery in it replaced by a column of `node` joined with the
-    subquery's value: (the joined node, `env` with those columns, `e` rewritten). `node`'s own
-    columns keep their place and names."""
-    found = scalar_subqueries(e)
-    if not found:
+def join_subqueries(low: Lowering, node: Node, env: Env, e: Any) -> tuple[Node, Env, exp.Expression]:
+    """`e` with each subquery it reads as a value (`nested_subqueries`) replaced by an expression
+    over columns of `node` left-joined with what answers it: (the joined node, `env` with those
+    columns, `e` rewritten). `node`'s own columns keep their place and names."""
+    if not nested_subqueries(e):
         return node, env, e
     env = dict(env)
     e = e.copy()
-    for sq in scalar_subqueries(e):
-        node, value, type_, count = _scalar(low, node, env, sq)
-        name = f"s{len([k for k in env if k[0] == SCALAR_ALIAS])}"
-        env[(SCALAR_ALIAS, name)] = value
-        ref: exp.Expression = exp.column(name, table=SCALAR_ALIAS)
-        ref.type = type_
-        if count:  # count over no rows is 0, where the left join pads NULL
-            ref = exp.Coalesce(this=ref, expressions=[exp.Literal.number(0)])
-            ref.type = type_
-        if sq is e:
+    for n in nested_subqueries(e):
+        if isinstance(n, exp.Subquery):
+            node, value, type_, count = _scalar(low, node, env, n)
+            internal: exp.Expression = _col(value)
+            internal.type = type_
+            if count:  # count over no rows is 0, where the left join pads NULL
+                internal = exp.Coalesce(this=internal, expressions=[exp.Literal.number(0)])
+                internal.type = type_
+        elif isinstance(n, exp.Exists):
+            node, internal = _exists_value(low, node, env, n.this)
+        else:
+            lhs, query = (n.this, n.args["query"]) if isinstance(n, exp.In) else (n.this, n.expression.this)
+            node, internal = _in_nested(low, node, env, lhs, query)
+        ref = _named_in_env(internal, env)
+        if n is e:
             e = ref
         else:
-            sq.replace(ref)
+            n.replace(ref)
     return node, env, e
+
+
+def _named_in_env(internal: exp.Expression, env: Env) -> exp.Expression:
+    """An expression over internal column names, written over names `env` maps to them (under
+    SCALAR_ALIAS), so it is rewritten with the expression it sits in."""
+    def name(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column):
+            env[(SCALAR_ALIAS, n.name)] = n.name
+            ref = exp.column(n.name, table=SCALAR_ALIAS)
+            ref.type = n.type
+            return ref
+        return n
+
+    out = internal.copy().transform(name)
+    out.type = internal.type
+    return out
+
+
+def _in_nested(low: Lowering, node: Node, env: Env, lhs: exp.Expression,
+               query: exp.Expression) -> tuple[Node, exp.Expression]:
+    """`lhs IN (query)` as a value (under OR, NOT, in the select list): uncorrelated, one column."""
+    if isinstance(lhs, exp.Tuple):
+        raise Unsupported("IN with several columns inside an expression")
+    select = _select_of(query)
+    sub, _ = low.query(select)  # correlated: Unsupported there
+    selects = select.selects if isinstance(select, exp.Query) else []
+    if len(sub.columns) != 1 or len(selects) != 1:
+        raise Unsupported("IN with a subquery of another width")
+    (key,) = _key_pairs(low, env, [lhs], [selects[0].type])
+    return _in_value(low, node, sub, key)
 
 
 def _scalar(low: Lowering, node: Node, env: Env, sq: exp.Subquery) -> tuple[Node, str, Any, bool]:

@@ -252,6 +252,21 @@ SELECT id, name FROM {people} WHERE id IN (SELECT pid FROM {orders} WHERE amount
 -- query: NOT EXISTS
 SELECT id FROM {people} p WHERE NOT EXISTS (SELECT 1 FROM {orders} o WHERE o.pid = p.id);
 
+-- query: NOT IN over a subquery with a NULL (no row: unknown for every id)
+SELECT id FROM {people} WHERE id NOT IN (SELECT pid FROM {orders});
+
+-- query: NOT IN without NULLs
+SELECT id FROM {people} WHERE id NOT IN (SELECT pid FROM {orders} WHERE pid IS NOT NULL);
+
+-- query: IN under OR, EXISTS with a comparison
+SELECT p.id FROM {people} p WHERE p.age > 60 OR p.id IN (SELECT pid FROM {orders} WHERE qty > 4)
+    OR EXISTS (SELECT 1 FROM {orders} o WHERE o.pid = p.id AND o.amount > p.salary / 1000);
+
+-- query: EXISTS and IN as values (IN is NULL for a NULL age)
+-- known: spark: IN (subquery) as a value is false, not NULL, for a NULL left side (Spark's existence join)
+SELECT p.id, EXISTS (SELECT 1 FROM {orders} o WHERE o.pid = p.id AND o.amount > 100) AS big,
+    p.age IN (SELECT qty * 10 FROM {orders}) AS age_qty FROM {people} p;
+
 -- query: scalar subquery
 -- known: embedded, spark, view: numeric minus avg(numeric): the scale differs per engine (PostgreSQL: by the value)
 SELECT id, salary - (SELECT avg(salary) FROM {people}) AS above FROM {people};
