@@ -23,8 +23,8 @@ VIEWS = {
     # a stream on the left (no key: its rows are ranked with RANK, so equal events keep their match)
     "stream_left_ge": ("SELECT s.k, s.t, b.id AS bid FROM {s} s ASOF LEFT JOIN {b} b ON s.k = b.k AND s.t >= b.t",
                        "s", True, ">="),
-    # the same, inner: a top-1 with ties over the join, kept incrementally (the LEFT one pads by
-    # an outer join on the inequality, which is recomputed)
+    # the same, inner: a top-1 with ties over the join, kept incrementally (the LEFT one adds the
+    # events no row pairs with, by NOT EXISTS: an anti-join by the key's min of b.t)
     "stream_inner_ge": ("SELECT s.k, s.t, b.id AS bid FROM {s} s ASOF JOIN {b} b ON s.k = b.k AND s.t >= b.t",
                         "s", False, ">="),
 }
@@ -89,7 +89,8 @@ def asof_views(server):
                      | {f"mv_agg_{suffix}": AGG_VIEW.format(a=a, b=b)})
         # kept incrementally, not recomputed; a stream's events ranked with RANK(): a top-1 with ties
         for name, top in (("inner_le", "TopN 1 offset"), ("left_gt", "TopN 1 offset"),
-                          ("left_ge_mirrored", "TopN 1 offset"), ("stream_inner_ge", "TopN 1 with ties")):
+                          ("left_ge_mirrored", "TopN 1 offset"), ("stream_inner_ge", "TopN 1 with ties"),
+                          ("stream_left_ge", "Join left on")):
             plan = "\n".join(r[0] for r in c.execute(f"EXPLAIN CREATE MATERIALIZED VIEW x_{suffix} AS "
                                                       f"{VIEWS[name][0].format(a=a, b=b, s=s)}").fetchall())
             assert "strategy: incremental" in plan and top in plan, plan

@@ -125,7 +125,11 @@ def _rewrite(select: exp.Select, columns_of: dict[str, list[str]], key_of: Calla
     # joined to them by that key, so unmatched rows are padded by an equi-join (which views keep
     # incrementally; an outer join on an inequality they recompute).
     pad = side == "LEFT" and bool(left_key)
-    if pad:
+    # Without a key (a stream), the left rows no row of R can pair with: NOT EXISTS over the same
+    # condition, padded with NULLs, after the best pairs of the inner join (a view keeps both:
+    # the anti-join by the key's max or min, planner/subqueries.py).
+    unmatched = side == "LEFT" and not left_key
+    if pad or unmatched:
         plain.set("side", None)
     ranked = exp.select(*carried, exp.alias_(window, RANK_COLUMN, quoted=True)).from_(frm.this.copy())
     ranked.set("joins", [plain])
@@ -140,6 +144,13 @@ def _rewrite(select: exp.Select, columns_of: dict[str, list[str]], key_of: Calla
                                          quoted=True) for (a, c), n in names.items()]).from_(frm.this.copy())
         best = padded.join(exp.Subquery(this=best, alias=exp.TableAlias(this=exp.to_identifier(pairs, quoted=True))),
                            on=on, join_type="LEFT")
+
+    if unmatched:
+        lonely = exp.select(*[exp.alias_(ref(left, c) if a == left else exp.Null(), n, quoted=True)
+                              for (a, c), n in names.items()]).from_(frm.this.copy())
+        lonely = lonely.where(exp.Not(this=exp.Exists(
+            this=exp.select(exp.Literal.number(1)).from_(join.this.copy()).where(on.copy()))))
+        best = exp.union(best, lonely, distinct=False)
 
     # The outer query reads the pairs through __asof: each column of L or R by its new name; a bare
     # column of the output keeps its own name.
