@@ -133,7 +133,7 @@ def _rewrite(select: exp.Select, columns_of: dict[str, list[str]], key_of: Calla
         plain.set("side", None)
     ranked = exp.select(*carried, exp.alias_(window, RANK_COLUMN, quoted=True)).from_(frm.this.copy())
     ranked.set("joins", [plain])
-    best = exp.select(*[exp.column(n, quoted=True) for n in names.values()]).from_(
+    best: exp.Query = exp.select(*[exp.column(n, quoted=True) for n in names.values()]).from_(
         exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("__asof_ranked", quoted=True))))
     best = best.where(exp.EQ(this=exp.column(RANK_COLUMN, quoted=True), expression=exp.Literal.number(1)))
     if pad:
