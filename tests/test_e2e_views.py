@@ -113,6 +113,10 @@ VIEWS = {
                      "t.v IN (SELECT v FROM {s}) AS hit FROM {t} t",
     "or_not_exists": "SELECT k, v FROM {s} s WHERE v < 2 OR NOT EXISTS "
                      "(SELECT 1 FROM {t} t WHERE t.id = s.k AND t.v > s.v)",
+    # correlated NOT IN and IN as a value: three-valued per key (an event with a NULL v makes
+    # the test unknown for its key's rows, no event false)
+    "not_in_corr": "SELECT id, v FROM {t} t WHERE v NOT IN (SELECT s.v FROM {s} s WHERE s.k = t.id)",
+    "in_corr_value": "SELECT t.id, t.v IN (SELECT s.v FROM {s} s WHERE s.k = t.id) AS hit FROM {t} t",
     # scalar subqueries: an aggregate joined in (on a constant key, or by the correlated key;
     # count reads 0 where no row matched)
     "scalar_avg": "SELECT id, v FROM {t} WHERE v > (SELECT avg(v) FROM {t})",
@@ -123,7 +127,7 @@ VIEWS = {
 }
 SUBQUERY_VIEWS = ("semi_in", "semi_in_pair", "semi_exists", "anti_exists", "not_in_table", "not_in_stream", "exists_global",
                   "any_agg", "in_corr", "exists_cmp", "not_exists_cmp", "or_in", "select_exists",
-                  "or_not_exists", "scalar_avg", "scalar_corr", "scalar_count")
+                  "or_not_exists", "not_in_corr", "in_corr_value", "scalar_avg", "scalar_corr", "scalar_count")
 
 
 def normalize(rows):

@@ -51,12 +51,19 @@ def test_not_exists_is_a_left_join_kept_where_nothing_matched() -> None:
     assert len(above) == 1 and above[0].predicate.sql().endswith(" IS NULL")
 
 
-def test_not_in_keeps_sqls_three_valued_answer() -> None:
-    df = strategy("SELECT auction FROM bid WHERE auction NOT IN (SELECT seller FROM auction)").dataflow
+@pytest.mark.parametrize(("sql", "key"), [
+    ("SELECT auction FROM bid WHERE auction NOT IN (SELECT seller FROM auction)", "1"),
+    # correlated: the subquery's rows are those of the outer row's key
+    ("SELECT auction FROM bid b WHERE auction NOT IN (SELECT id FROM auction a WHERE a.seller = b.price)", "c1"),
+])
+def test_not_in_keeps_sqls_three_valued_answer(sql: str, key: str) -> None:
+    df = strategy(sql).dataflow
     assert df is not None
-    # whether the subquery has rows, whether it has a NULL (both on a constant key), and the match
+    # whether the subquery has rows, whether it has a NULL (by a constant or the correlated key),
+    # and the match (by that key and x)
     assert [j.kind for j in joins(df)] == ["left", "left", "left"]
-    assert [k.sql() for j in joins(df)[:2] for k in j.left_keys] == ["1", "1"]
+    assert [k.sql() for j in joins(df)[:2] for k in j.left_keys] == [key, key]
+    assert len(joins(df)[2].left_keys) == 2
     top = next(n for n in df.nodes() if isinstance(n, D.Filter) and n.input is joins(df)[-1])
     # kept where x IN (q) is false: not where it is unknown (NULL)
     assert top.predicate.sql().startswith("NOT CASE WHEN NOT ")
@@ -73,8 +80,8 @@ def test_plain_conditions_filter_before_the_semi_join() -> None:
 
 
 @pytest.mark.parametrize(("sql", "reason"), [
-    ("SELECT auction FROM bid b WHERE price > 5 OR auction IN (SELECT id FROM auction a WHERE a.seller = b.price)",
-     "from outside the query"),
+    ("SELECT auction FROM bid b WHERE price > 5 OR auction IN (SELECT id FROM auction a WHERE a.seller > b.price)",
+     "a correlated subquery condition other than an equality"),
     ("SELECT auction FROM bid b WHERE price > 5 OR (auction, price) IN (SELECT id, seller FROM auction)",
      "IN with several columns inside an expression"),
     ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.seller <> b.price)",
@@ -83,8 +90,8 @@ def test_plain_conditions_filter_before_the_semi_join() -> None:
      "a correlated subquery with several comparisons"),
     ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction + a.seller)",
      "a correlated subquery condition over both sides of a comparison"),
-    ("SELECT auction FROM bid b WHERE auction NOT IN (SELECT id FROM auction a WHERE a.seller = b.price)",
-     "from outside the query"),
+    ("SELECT auction FROM bid b WHERE auction NOT IN (SELECT id FROM auction a WHERE a.seller < b.price)",
+     "a correlated subquery condition other than an equality"),
     ("SELECT a.id, (SELECT max(price) FROM bid b WHERE b.auction = a.id AND b.price < a.seller) AS m FROM auction a",
      "a correlated subquery condition other than an equality"),
     ("SELECT auction FROM bid WHERE (auction, price) NOT IN (SELECT id, seller FROM auction)",

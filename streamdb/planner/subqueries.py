@@ -133,6 +133,12 @@ def _in(low: Lowering, node: Node, env: Env, lhs: exp.Expression, query: exp.Exp
             exists.set("where", exp.Where(this=_and([*(c.copy() for c in _conjuncts(where.this if where else None)),
                                                      *equal])))
             return _exists(low, node, env, exists, False)
+    if negated and len(outer) == 1 and isinstance(select, exp.Select) and _plain(select) \
+            and len(select.expressions) == 1:
+        corr = _correlation(select, "NOT IN")
+        if corr.outer or corr.comparisons:
+            joined, value = _correlated_in_value(low, node, env, select, corr, outer[0])
+            return Filter(joined.columns, joined, exp.Not(this=value))  # kept where x IN (q) is false
     sub, _ = low.query(select)  # a correlated IN refers to columns outside it: Unsupported there
     if len(sub.columns) != len(outer):
         raise Unsupported("IN with a subquery of another width")
@@ -151,23 +157,33 @@ def _in(low: Lowering, node: Node, env: Env, lhs: exp.Expression, query: exp.Exp
     return Filter(joined.columns, joined, exp.Not(this=value))  # kept where x IN (q) is false
 
 
-def _in_value(low: Lowering, node: Node, sub: Node, x: exp.Expression) -> tuple[Node, exp.Expression]:
-    """`node` left-joined so that the returned expression is SQL's three-valued `x IN sub` (`sub`
-    of one column): true where some row equals x; false where `sub` is empty, or where x is not
-    NULL, no row of `sub` is NULL and none equals x; NULL otherwise. Whether `sub` has rows and
-    whether it has a NULL are joined on a constant key (their rows change only when the answer
-    does), the match on x."""
-    (value,) = sub.columns
-    some, has_rows = _marked_distinct(low, Map((low.fresh(),), sub, (_constant_key(),)))
-    nulls_in = Filter(sub.columns, sub, exp.Is(this=_col(value), expression=exp.Null()))
-    nulls, has_null = _marked_distinct(low, Map((low.fresh(),), nulls_in, (_constant_key(),)))
+def _in_value(low: Lowering, node: Node, sub: Node, x: exp.Expression,
+              outer_keys: tuple[exp.Expression, ...] = ()) -> tuple[Node, exp.Expression]:
+    """`node` left-joined so that the returned expression is SQL's three-valued `x IN sub`: true
+    where some row equals x; false where `sub` has no rows, or where x is not NULL, no row of
+    `sub` is NULL and none equals x; NULL otherwise. `sub`'s last column is the compared value;
+    correlated, its columns before it are the inner keys `outer_keys` (over `node`) select the
+    rows by, else the rows are all of `sub`'s, under a constant key. Whether there are rows and
+    whether one is NULL are joined by those keys (their rows change only when the answer does),
+    the match by the keys and x."""
+    if not outer_keys:
+        sub = Map((low.fresh(), low.fresh()), sub, (_constant_key(), _col(sub.columns[-1])))
+        outer_keys = (_constant_key(),)
+    *keys, value = sub.columns
+
+    def by_key(rows: Node) -> Node:
+        return Map(tuple(low.fresh() for _ in keys), rows, tuple(_col(k) for k in keys))
+
+    some, has_rows = _marked_distinct(low, by_key(sub))
+    nulls, has_null = _marked_distinct(
+        low, by_key(Filter(sub.columns, sub, exp.Is(this=_col(value), expression=exp.Null()))))
     values, matched = _marked_distinct(low, sub)
     joined: Node = node
-    for right, left_keys, right_keys in (
-            (some, (_constant_key(),), (_col(some.columns[0]),)),
-            (nulls, (_constant_key(),), (_col(nulls.columns[0]),)),
-            (values, (x,), (_col(values.columns[0], x),))):
-        joined = Join(joined.columns + right.columns, joined, right, "left", left_keys, right_keys)
+    width = len(keys)
+    for right, left_keys in ((some, outer_keys), (nulls, outer_keys), (values, (*outer_keys, x))):
+        right_keys = tuple(_col(c, k) for c, k in zip(right.columns[:len(left_keys)], left_keys, strict=True))
+        joined = Join(joined.columns + right.columns, joined, right, "left", tuple(left_keys), right_keys)
+    assert len(values.columns) == width + 2
     unknown = exp.Or(this=exp.Is(this=x.copy(), expression=exp.Null()),
                      expression=exp.Not(this=_unmatched(has_null)))
     test = exp.Case(ifs=[exp.If(this=exp.Not(this=_unmatched(matched)), true=exp.true()),
@@ -176,6 +192,22 @@ def _in_value(low: Lowering, node: Node, sub: Node, x: exp.Expression) -> tuple[
                     default=exp.false())
     test.type = exp.DataType.build("boolean")
     return joined, test
+
+
+def _correlated_in_value(low: Lowering, node: Node, env: Env, select: exp.Select, corr: Correlation,
+                         x: exp.Expression) -> tuple[Node, exp.Expression]:
+    """`x IN (SELECT y FROM f WHERE inner.k = outer.k AND c)` as a value: `_in_value` over
+    `SELECT inner.k, y FROM f WHERE c`, by the correlated keys."""
+    corr = corr.equalities_only()
+    item = select.expressions[0]
+    y = item.unalias() if isinstance(item, exp.Alias) else item
+    keyed = _with_where(select, corr.rest)
+    keyed.set("expressions", [*(exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(corr.inner)),
+                              exp.alias_(y.copy(), "__v", quoted=True)])
+    sub, _ = low.select(keyed, top=False)
+    keys = _key_pairs(low, env, corr.outer, [k.type for k in corr.inner])
+    (compared,) = _key_pairs(low, env, [x], [y.type])
+    return _in_value(low, node, sub, compared, tuple(keys))
 
 
 def _typed_null_boolean() -> exp.Expression:
@@ -416,7 +448,11 @@ def _in_nested(low: Lowering, node: Node, env: Env, lhs: exp.Expression,
     if isinstance(lhs, exp.Tuple):
         raise Unsupported("IN with several columns inside an expression")
     select = _select_of(query)
-    sub, _ = low.query(select)  # correlated: Unsupported there
+    if isinstance(select, exp.Select) and _plain(select) and len(select.expressions) == 1:
+        corr = _correlation(select, "IN")
+        if corr.outer or corr.comparisons:
+            return _correlated_in_value(low, node, env, select, corr, lhs)
+    sub, _ = low.query(select)  # correlated otherwise: Unsupported there
     selects = select.selects if isinstance(select, exp.Query) else []
     if len(sub.columns) != 1 or len(selects) != 1:
         raise Unsupported("IN with a subquery of another width")
