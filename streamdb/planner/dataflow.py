@@ -12,8 +12,9 @@ nodes whose output changes follow from their input changes:
   filters), and at the top of a view Recompute (window functions and aggregates without an
   incremental form, recomputed per touched partition or group).
 
-Subqueries tested in WHERE (IN, EXISTS and their negations) become joins with the subquery's
-distinct rows (planner/subqueries.py).
+Subqueries become joins (planner/subqueries.py): IN, EXISTS and their negations with the
+subquery's distinct rows (or, inside an expression, as the value of a left join), scalar
+aggregates with their one row per key.
 
 Scalar expressions stay sqlglot trees over the nodes' internal column names, typed, so the
 runtime renders them in Spark SQL with Postgres semantics. Planning is pure: nothing here

@@ -911,8 +911,8 @@ class RocksDBSnapshot(Snapshot):
     def get_many(self, store: str, keys: list[bytes]) -> list[bytes | None]:
         # One lock and one error mapping for the lot: a view's commit reads thousands of keys,
         # and per key the Python around the seek cost ten times the seek. The seeks go in key
-        # order: each lands near the last, in blocks it just read (200,000 random keys of 1M:
-        # 1.1 us a seek sorted, 2.6 us in their own order).
+        # order: each lands near the last, in blocks it just read (200,000 random keys of a 1M-key
+        # store: 0.40 s with the sort, 0.63 s in their own order).
         _check_store(store)
         prefix = store_prefix(store)
         values: list[bytes | None] = [None] * len(keys)
