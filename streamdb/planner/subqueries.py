@@ -1,4 +1,4 @@
-"""Subqueries as joins: IN, = ANY, EXISTS and their negations in WHERE, and scalar aggregates.
+"""Subqueries as joins: IN, = ANY, EXISTS and their negations, and scalar aggregates.
 
 A conjunct of WHERE that tests a subquery (`x IN (SELECT y ...)`, `EXISTS (SELECT ... WHERE
 inner.k = outer.k ...)`, and NOT of either) keeps or drops each row of the query by whether a
@@ -6,19 +6,22 @@ matching row exists. Lowered as a join with the subquery's rows made distinct, i
 by the join's delta rule like any other join: a change on either side touches only its key.
 
 - IN / EXISTS: an inner join with `SELECT DISTINCT <the compared columns> FROM ...`. Distinct,
-  so each row meets at most one match and keeps its multiplicity (a semi-join).
+  so each row meets at most one match and keeps its multiplicity (a semi-join). EXISTS with one
+  correlated comparison joins the key's max (or min) of the compared column instead.
 - NOT EXISTS: a left join with the same distinct rows and a marker column, kept where the marker
   is NULL (no match; an anti-join). A NULL in a correlated column never matches, as in SQL.
 - NOT IN: SQL's three-valued answer: true when the subquery is empty; otherwise unknown (the row
   is dropped) when x is NULL or the subquery holds a NULL; otherwise whether x is absent. So two
-  more left joins, on a constant key, say whether the subquery has rows and whether it has a NULL
-  (each a DISTINCT of one constant, whose row changes only when the answer does).
+  more left joins, on a constant key (or the correlated keys), say whether the subquery has rows
+  and whether it has a NULL (each a DISTINCT whose row changes only when the answer does).
+- Inside an expression (under OR, in the select list) a test is a value: the left join's marker
+  for EXISTS, NOT IN's three joins for IN.
 - A scalar subquery that is an aggregate: a left join with its one row (uncorrelated, on a
   constant key) or with the aggregate grouped by the correlated keys (NULL where no group, 0 for
   count).
 
-Only conjuncts of WHERE for the tests (not under OR), correlated by equalities: other shapes raise
-Unsupported and the view is recomputed, with that reason. See docs/views.md, "Subqueries as joins".
+Correlations are equalities (and, for EXISTS, one comparison): other shapes raise Unsupported and
+the view is recomputed, with that reason. See docs/views.md, "Subqueries as joins".
 """
 
 from __future__ import annotations
@@ -368,7 +371,7 @@ def _exists_compared(low: Lowering, node: Node, env: Env, select: exp.Select, co
 
 # ---- scalar subqueries ----------------------------------------------------------------------
 
-SCALAR_ALIAS = "__scalar"  # the env alias under which a scalar subquery's value column is named
+SCALAR_ALIAS = "__scalar"  # the env alias naming the joined columns a subquery's value is read from
 
 
 def nested_subqueries(e: Any) -> list[exp.Expression]:
