@@ -641,19 +641,24 @@ class Lowering:
         node, env = self.from_clause(s)
         where = s.args.get("where")
         if where is not None:
-            conjuncts = _conjuncts(where.this)
-            tests = [t for c in conjuncts if (t := subquery_test(c)) is not None]
-            plain = [c for c in conjuncts if subquery_test(c) is None and not nested_subqueries(c)]
+            # conditions without subqueries; subquery tests; conditions reading subqueries as values
+            plain: list[exp.Expression] = []
+            tests: list[tuple[exp.Expression, bool]] = []
+            valued: list[exp.Expression] = []
+            for c in _conjuncts(where.this):
+                if (found := subquery_test(c)) is not None:
+                    tests.append(found)
+                else:
+                    (valued if nested_subqueries(c) else plain).append(c)
             node, rest = _equalities_to_keys(node, [self.rewrite(c, env) for c in plain])
             pred = _and(rest)
             if pred is not None:
                 node = Filter(node.columns, node, pred)
             for test, negated in tests:  # after the plain conditions: fewer rows kept in the join's state
                 node = lower_subquery_test(self, node, env, test, negated)
-            for c in conjuncts:
-                if subquery_test(c) is None and nested_subqueries(c):
-                    node, with_values, c = join_subqueries(self, node, env, c)
-                    node = Filter(node.columns, node, self.rewrite(c, with_values))
+            for c in valued:
+                node, with_values, c = join_subqueries(self, node, env, c)
+                node = Filter(node.columns, node, self.rewrite(c, with_values))
         items = _expand_stars(s.expressions, env)
         exprs = [e.unalias() if isinstance(e, exp.Alias) else e for e in items]
         names = [e.alias_or_name for e in items]

@@ -42,6 +42,7 @@ from streamdb.planner.dataflow import (
     _col,
     _conjuncts,
     _norm,
+    _outside_subqueries,
     _same_key_type,
 )
 
@@ -204,10 +205,7 @@ def _correlated_in_value(low: Lowering, node: Node, env: Env, select: exp.Select
     corr = corr.equalities_only()
     item = select.expressions[0]
     y = item.unalias() if isinstance(item, exp.Alias) else item
-    keyed = _with_where(select, corr.rest)
-    keyed.set("expressions", [*(exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(corr.inner)),
-                              exp.alias_(y.copy(), "__v", quoted=True)])
-    sub, _ = low.select(keyed, top=False)
+    sub, _ = low.select(_keyed(select, corr, y.copy()), top=False)
     keys = _key_pairs(low, env, corr.outer, [k.type for k in corr.inner])
     (compared,) = _key_pairs(low, env, [x], [y.type])
     return _in_value(low, node, sub, compared, tuple(keys))
@@ -293,7 +291,7 @@ def _plain(select: exp.Expression) -> bool:
         not any(isinstance(n, (exp.AggFunc, exp.Window)) for e in select.expressions for n in e.walk())
 
 
-def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated: bool) -> Node:
+def _exists_parts(query: exp.Expression) -> tuple[exp.Select, Correlation]:
     select = _select_of(query)
     if not isinstance(select, exp.Select):
         raise Unsupported("EXISTS over a set operation")
@@ -301,60 +299,78 @@ def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated:
         raise Unsupported("EXISTS over a subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT")
     if any(isinstance(n, (exp.AggFunc, exp.Window)) for e in select.expressions for n in e.walk()):
         raise Unsupported("EXISTS over an aggregate")
-    corr = _correlation(select, "EXISTS")
-    if corr.comparisons:
-        return _exists_compared(low, node, env, select, corr, negated)
-    outer, inner = corr.outer, corr.inner
-    # Which inner rows exist, per correlated key: SELECT DISTINCT <inner keys> FROM ... WHERE rest.
+    return select, _correlation(select, "EXISTS")
+
+
+def _keyed(select: exp.Select, corr: Correlation, value: Any = None, group: bool = False) -> Any:
+    """`SELECT <inner keys> [, value] FROM ... WHERE <the subquery's own condition> [GROUP BY
+    <inner keys>]`: the subquery's rows by the keys its correlation compares."""
     keyed = _with_where(select, corr.rest)
-    keyed.set("expressions", [exp.alias_(e.copy(), f"__k{i}", quoted=True) for i, e in enumerate(inner)]
-              or [exp.alias_(_constant_key(), "__k", quoted=True)])
-    sub, _ = low.select(keyed, top=False)  # any other outer reference is Unsupported there
-    if outer:
-        keys = _key_pairs(low, env, outer, [e.type for e in inner])
-        right_keys = [_col(c, k) for c, k in zip(sub.columns, keys, strict=True)]
-    else:  # uncorrelated: every row, or none, by whether the subquery has rows
-        keys, right_keys = [_constant_key()], [_col(sub.columns[0])]
-    if not negated:
-        distinct = low.distinct(sub)
-        right_keys = [_col(c, k) for c, k in zip(distinct.columns, right_keys, strict=True)]
-        return Join(node.columns + distinct.columns, node, distinct, "inner", tuple(keys), tuple(right_keys))
+    keyed.set("expressions", [*(exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(corr.inner)),
+                              *([exp.alias_(value, "__v", quoted=True)] if value is not None else [])])
+    if group and corr.inner:
+        keyed.set("group", exp.Group(expressions=[k.copy() for k in corr.inner]))
+    return keyed
+
+
+def _exists_rows(low: Lowering, env: Env, select: exp.Select,
+                 corr: Correlation) -> tuple[Node, list[exp.Expression], list[exp.Expression]]:
+    """Which inner rows exist per correlated key, `SELECT <inner keys> FROM ... WHERE rest` (a
+    constant without keys: every row, or none, by whether the subquery has rows), with the outer
+    keys and the inner ones to join it by."""
+    sub, _ = low.select(_keyed(select, corr, None if corr.inner else _constant_key()), top=False)
+    if not corr.outer:
+        return sub, [_constant_key()], [_col(sub.columns[0])]
+    keys = _key_pairs(low, env, corr.outer, [e.type for e in corr.inner])
+    return sub, keys, [_col(c, k) for c, k in zip(sub.columns, keys, strict=True)]
+
+
+def _exists(low: Lowering, node: Node, env: Env, query: exp.Expression, negated: bool) -> Node:
+    if negated:
+        joined, _, fails = _exists_left(low, node, env, query)
+        return Filter(joined.columns, joined, fails)
+    select, corr = _exists_parts(query)
+    if corr.comparisons:
+        joined, test = _compared_join(low, node, env, select, corr, "inner")
+        return Filter(joined.columns, joined, test)
+    sub, keys, right_keys = _exists_rows(low, env, select, corr)
+    distinct = low.distinct(sub)
+    right_keys = [_col(c, k) for c, k in zip(distinct.columns, right_keys, strict=True)]
+    return Join(node.columns + distinct.columns, node, distinct, "inner", tuple(keys), tuple(right_keys))
+
+
+def _exists_left(low: Lowering, node: Node, env: Env,
+                 query: exp.Expression) -> tuple[Node, exp.Expression, exp.Expression]:
+    """`node` left-joined with what answers the EXISTS, and two conditions over the result: where
+    it holds and where it does not (neither is ever NULL)."""
+    select, corr = _exists_parts(query)
+    if corr.comparisons:
+        joined, test = _compared_join(low, node, env, select, corr, "left")
+        passed: exp.Expression = exp.Coalesce(this=test, expressions=[exp.false()])
+        passed.type = exp.DataType.build("boolean")
+        return joined, passed, exp.Not(this=passed)
+    sub, keys, right_keys = _exists_rows(low, env, select, corr)
     values, matched = _marked_distinct(low, sub)
     right_keys = [_col(c, k) for c, k in zip(values.columns[:-1], right_keys, strict=True)]
     joined = Join(node.columns + values.columns, node, values, "left", tuple(keys), tuple(right_keys))
-    return Filter(joined.columns, joined, _unmatched(matched))
+    holds = exp.Not(this=_unmatched(matched))
+    holds.type = exp.DataType.build("boolean")
+    return joined, holds, _unmatched(matched)
 
 
-def _exists_value(low: Lowering, node: Node, env: Env, query: exp.Expression) -> tuple[Node, exp.Expression]:
-    """`node` left-joined so that the returned expression (never NULL) says whether the EXISTS
-    holds for each row: the anti-join's marker tested for a match."""
-    anti = _exists(low, node, env, query, True)  # Filter(left join, unmatched)
-    assert isinstance(anti, Filter)
-    found = exp.Not(this=anti.predicate)
-    if isinstance(anti.predicate, exp.Not):  # the comparison form: NOT COALESCE(test, FALSE)
-        found = anti.predicate.this
-    found.type = exp.DataType.build("boolean")
-    return anti.input, found
-
-
-def _exists_compared(low: Lowering, node: Node, env: Env, select: exp.Select, corr: Correlation,
-                     negated: bool) -> Node:
+def _compared_join(low: Lowering, node: Node, env: Env, select: exp.Select, corr: Correlation,
+                   kind: str) -> tuple[Node, exp.Expression]:
     """EXISTS with one correlated comparison (`inner.t > outer.t`) besides its equalities: some
-    inner row of the key passes it iff the key's max (or min) of `inner.t` does. So the join is
-    with one row per key, `SELECT <inner keys>, max(inner.t) ... GROUP BY <inner keys>` (each
-    row meets at most one: its multiplicity is kept), and the comparison is a condition on the
-    pair: kept where it holds, or for NOT EXISTS where it does not (NULL included: no row passed)."""
+    inner row of the key passes it iff the key's max (or min) of `inner.t` does. So `node` is
+    joined (`kind`) with one row per key, `SELECT <inner keys>, max(inner.t) ... GROUP BY <inner
+    keys>` (each row meets at most one: its multiplicity is kept), and the comparison, returned
+    with it, is a condition on the pair (NULL where no row passed it for a left join's padding)."""
     if len(corr.comparisons) != 1:
         raise Unsupported("a correlated subquery with several comparisons")
     (compared, op, outer_value), = corr.comparisons
-    grouped = _with_where(select, corr.rest)
     extremum = exp.Max(this=compared.copy()) if _EXTREMUM[op] == "max" else exp.Min(this=compared.copy())
     extremum.type = compared.type
-    grouped.set("expressions", [*(exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(corr.inner)),
-                                exp.alias_(extremum, "__m", quoted=True)])
-    if corr.inner:
-        grouped.set("group", exp.Group(expressions=[k.copy() for k in corr.inner]))
-    sub, _ = low.select(grouped, top=False)
+    sub, _ = low.select(_keyed(select, corr, extremum, group=True), top=False)
     right_keys: list[exp.Expression]
     if corr.outer:
         keys = _key_pairs(low, env, corr.outer, [k.type for k in corr.inner])
@@ -362,11 +378,7 @@ def _exists_compared(low: Lowering, node: Node, env: Env, select: exp.Select, co
     else:  # one row, even over no inner rows (a global aggregate)
         keys, right_keys = [_constant_key()], [_constant_key()]
     test = op(this=_col(sub.columns[-1], compared), expression=low.rewrite(outer_value, env))
-    joined = Join(node.columns + sub.columns, node, sub, "left" if negated else "inner", tuple(keys),
-                  tuple(right_keys))
-    if negated:
-        test = exp.Not(this=exp.Coalesce(this=test, expressions=[exp.false()]))
-    return Filter(joined.columns, joined, test)
+    return Join(node.columns + sub.columns, node, sub, kind, tuple(keys), tuple(right_keys)), test
 
 
 # ---- scalar subqueries ----------------------------------------------------------------------
@@ -378,9 +390,7 @@ def nested_subqueries(e: Any) -> list[exp.Expression]:
     """The subqueries `e` reads as values: scalar subqueries, and IN, = ANY and EXISTS tests
     (anywhere in it: under OR, NOT, CASE), not those inside another subquery."""
     found: list[exp.Expression] = []
-    for n in e.walk():
-        if any(isinstance(a, (exp.Subquery, exp.Select, exp.Exists)) for a in _ancestors_below(n, e)):
-            continue
+    for n in _outside_subqueries(e):
         if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None):
             found.append(n)
         elif isinstance(n, exp.EQ) and isinstance(n.expression, exp.Any) and \
@@ -389,15 +399,6 @@ def nested_subqueries(e: Any) -> list[exp.Expression]:
         elif isinstance(n, exp.Subquery) and not isinstance(n.parent, (exp.In, exp.Exists, exp.Any)):
             found.append(n)
     return found
-
-
-def _ancestors_below(n: exp.Expression, top: exp.Expression) -> list[Any]:
-    out: list[Any] = []
-    p = n.parent if n is not top else None
-    while p is not None and p is not top:
-        out.append(p)
-        p = p.parent
-    return out
 
 
 def join_subqueries(low: Lowering, node: Node, env: Env, e: Any) -> tuple[Node, Env, exp.Expression]:
@@ -417,7 +418,7 @@ def join_subqueries(low: Lowering, node: Node, env: Env, e: Any) -> tuple[Node, 
                 internal = exp.Coalesce(this=internal, expressions=[exp.Literal.number(0)])
                 internal.type = type_
         elif isinstance(n, exp.Exists):
-            node, internal = _exists_value(low, node, env, n.this)
+            node, internal, _ = _exists_left(low, node, env, n.this)
         else:
             lhs, query = (n.this, n.args["query"]) if isinstance(n, exp.In) else (n.this, n.expression.this)
             node, internal = _in_nested(low, node, env, lhs, query)
@@ -482,10 +483,8 @@ def _scalar(low: Lowering, node: Node, env: Env, sq: exp.Subquery) -> tuple[Node
     if not any(_bare_aggregate(n) for n in value.walk()):
         raise Unsupported("a scalar subquery that is not an aggregate (it could return several rows)")
     corr = _correlation(select, "a scalar subquery").equalities_only()
-    outer, inner, rest = corr.outer, corr.inner, corr.rest
-    grouped = _with_where(select, rest)
-    if not outer:
-        sub, _ = low.select(grouped, top=False)  # one row, even over no rows
+    if not corr.outer:
+        sub, _ = low.select(_with_where(select, corr.rest), top=False)  # one row, even over no rows
         keyed_cols = (low.fresh(), low.fresh())
         keyed = Map(keyed_cols, sub, (_constant_key(), _col(sub.columns[0])))
         joined = Join(node.columns + keyed.columns, node, keyed, "left", (_constant_key(),), (_col(keyed_cols[0]),))
@@ -494,11 +493,8 @@ def _scalar(low: Lowering, node: Node, env: Env, sq: exp.Subquery) -> tuple[Node
     if not (isinstance(value, exp.AggFunc) and _bare_aggregate(value)):
         # over no rows it is the expression over NULL aggregates, which a padded NULL is not
         raise Unsupported("a correlated scalar subquery other than one aggregate call")
-    grouped.set("expressions", [*(exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(inner)),
-                                exp.alias_(value.copy(), "__v", quoted=True)])
-    grouped.set("group", exp.Group(expressions=[k.copy() for k in inner]))
-    sub, _ = low.select(grouped, top=False)
-    keys = _key_pairs(low, env, outer, [k.type for k in inner])
+    sub, _ = low.select(_keyed(select, corr, value.copy(), group=True), top=False)
+    keys = _key_pairs(low, env, corr.outer, [k.type for k in corr.inner])
     right_keys = tuple(_col(c, k) for c, k in zip(sub.columns[:-1], keys, strict=True))
     joined = Join(node.columns + sub.columns, node, sub, "left", tuple(keys), right_keys)
     return joined, sub.columns[-1], value.type, count
