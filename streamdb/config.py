@@ -39,6 +39,10 @@ class Settings(BaseModel):
     # keeps their freshness on a machine whose cores are busy (docs/views.md, "The commit beside
     # the next batch").
     pipeline_async_commit_rows: int = Field(50_000, ge=1)
+    # A pipeline of views with temporal filters (`WHERE ts > now() - INTERVAL ...`) runs a batch
+    # this often, new input or not: rows leave those views as time passes, at this granularity.
+    # Each such batch costs Spark's fixed per-batch work (docs/views.md, "Temporal filters").
+    clock_tick_ms: int = Field(1000, ge=100, le=3_600_000)
     # Ad hoc reads over more input rows than this run on Spark; smaller ones on the embedded engine.
     spark_read_threshold_rows: int = Field(1_000_000, ge=0)
     spark_shuffle_partitions: int = Field(2, ge=1)

@@ -10,6 +10,7 @@ Spark's state store); tests/test_e2e_views.py checks them there, through the ser
 from __future__ import annotations
 
 import decimal
+import itertools
 import json
 import os
 import shutil
@@ -46,6 +47,10 @@ class Harness:
     def spec(self, ops: list[dict[str, Any]], texts: dict[str, dict[str, str]] | None = None) -> None:
         """New operators, with empty state or `texts` ({"<op id>\\u0000<key>": {text: value}})."""
         self._send(json.dumps({"ops": ops} | ({"texts": texts} if texts else {})))
+
+    def at(self, ms: int) -> None:
+        """The processing time (ms) of the next batches: a temporal filter's now()."""
+        self._send(f"@{ms}")
 
     def batch(self, records: list[list[Any]]) -> tuple[list[list[Any]], int]:
         self._send(json.dumps(records))
@@ -494,3 +499,52 @@ def test_session_state_of_the_layout_before_buckets_is_read_and_rewritten(harnes
     _check_session_batches(harness, gap, [
         [(("p", 7, 0), 1)], [(("p", 3, 1), -1), (("q", 20, 1), 1)], [(("p", None, 2), -1), (("p", 7, 0), -1)],
         [(("p", 3, 1), -1), (("q", 5, 0), -1), (("q", 20, 1), -1)]], Counter(before))
+
+
+# ---- temporal filters ---------------------------------------------------------------------------
+
+TEMPORAL = {"id": 6, "kind": "temporal", "clock": [{"kind": "from", "offset": 0},
+                                                   {"kind": "until", "offset": 5_000}]}
+
+
+def _temporal_expected(rows: Counter[tuple[int | None, int]], now_ms: int) -> Counter[Any]:
+    """The rows shown at `now_ms`: t <= now() < t + 5 ms (t in microseconds), as the filter
+    `t <= now() AND t > now() - INTERVAL '5 milliseconds'` keeps them."""
+    now = now_ms * 1000
+    return Counter({json.dumps({"t": t, "i": i}): c for (t, i), c in rows.items()
+                    if c > 0 and t is not None and t <= now < t + 5_000})
+
+
+@st.composite
+def temporal_changes(draw: st.DrawFn) -> list[tuple[int, list[tuple[Any, int]]]]:
+    """Batches at increasing times (ms), with rows whose time is around them: already gone, shown,
+    or to come (microseconds, some between two milliseconds), and NULLs, which never show."""
+    batches = _batches(draw, lambda d: (d(st.none() | st.integers(0, 40_000)), d(st.integers(0, 2))),
+                       n_batches=10, n_changes=8)
+    steps = draw(st.lists(st.integers(0, 9), min_size=len(batches), max_size=len(batches)))
+    times = list(itertools.accumulate(s + 3 for s in steps))  # each after the last one's tick
+    return list(zip(times, batches, strict=True))
+
+
+@SETTINGS
+@given(temporal_changes())
+def test_temporal_filter_equals_recomputation_at_each_batchs_time(
+        harness: Harness, case: list[tuple[int, list[tuple[Any, int]]]]) -> None:
+    """Rows come as their start passes and go as their end passes, by timers, whether or not
+    a batch brings changes; a row keeps state only while its showing can still change."""
+    harness.spec([TEMPORAL])
+    rows: Counter[Any] = Counter()
+    total: Counter[Any] = Counter()
+    for now_ms, batch in case:
+        for tick in (now_ms, now_ms + 3):  # a batch with changes, then one without (a tick)
+            harness.at(tick)
+            recs = [[6, 0, json.dumps({"t": t, "i": i}), None, None, [None if t is None else str(t)] * 2, w]
+                    for (t, i), w in (batch if tick == now_ms else [])]
+            out, keys = harness.batch(recs)
+            for item, w in (batch if tick == now_ms else []):
+                rows[item] += w
+            _accumulate(total, out, lambda r: r[3])
+            assert total == _temporal_expected(rows, tick)
+            waiting = {item for item, c in rows.items()
+                       if c and item[0] is not None and tick * 1000 < item[0] + 5_000}
+            assert keys == len({json.dumps({"t": t, "i": i}) for t, i in waiting})

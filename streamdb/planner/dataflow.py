@@ -9,8 +9,10 @@ nodes whose output changes follow from their input changes:
   Join (the delta rule dA x B + A x dB + dA x dB, inner and outer, over both sides indexed by the
   join key), Reduce (GROUP BY with count/sum/avg on weights, min/max/count(DISTINCT) over a
   multiset per group, DISTINCT), TopN (ORDER BY ... LIMIT per partition, DISTINCT ON, ROW_NUMBER()
-  filters), and at the top of a view Recompute (window functions and aggregates without an
-  incremental form, recomputed per touched partition or group).
+  filters), Session (session windows per key), Temporal (temporal filters: rows shown while
+  now() is within bounds they set, retracted by timers as time passes), and at the top of a view
+  Recompute (window functions and aggregates without an incremental form, recomputed per
+  touched partition or group).
 
 Subqueries become joins (planner/subqueries.py): IN, EXISTS and their negations with the
 subquery's distinct rows (or, inside an expression, as the value of a left join), scalar
@@ -25,9 +27,9 @@ what EXPLAIN and SHOW QUERIES show for a view maintained by recomputation. See d
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -227,7 +229,41 @@ class Session(Node):
                 f"{self.gap_micros / 1_000_000:g} s (the touched partitions' sessions)")
 
 
-STATEFUL = (Join, Reduce, TopN, Recompute, Session)
+@dataclass(frozen=True, eq=False)
+class ClockBound:
+    """One side of a temporal filter's window: the row shows from (`starts`) or until (not
+    `starts`, exclusive) the instant `expr` plus `offset_micros`."""
+
+    expr: exp.Expression
+    offset_micros: int
+    starts: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Temporal(Node):
+    """A temporal filter (`WHERE ts > now() - INTERVAL '1 hour'`): each input row shows while
+    now() is at or past every start bound and before every end bound, now() being the time of the
+    pipeline's micro-batch; timers retract rows as they leave (and add those whose time comes).
+    `columns` = the input's."""
+
+    input: Node = field(default=None)  # type: ignore[assignment]
+    bounds: tuple[ClockBound, ...] = ()
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        def at(b: ClockBound) -> str:
+            e = b.expr.sql(dialect="postgres")
+            return e if b.offset_micros == 0 else f"{e} {'+' if b.offset_micros > 0 else '-'} " \
+                f"{abs(b.offset_micros) / 1_000_000:g} s"
+
+        parts = [f"now() >= {at(b)}" for b in self.bounds if b.starts] + \
+                [f"now() < {at(b)}" for b in self.bounds if not b.starts]
+        return "Temporal filter " + " AND ".join(parts) + " (rows held until their time passes; timers retract them)"
+
+
+STATEFUL = (Join, Reduce, TopN, Recompute, Session, Temporal)
 PARTITION_TABLE = "__p"
 
 
@@ -447,6 +483,8 @@ class Lowering:
                 return _col(name, node)
             if isinstance(node, exp.Window):
                 raise Unsupported("window functions below the top of the view")
+            if is_clock(node):
+                raise Unsupported(CLOCK_REASON)
             return node
 
         return e.copy().transform(fix)
@@ -645,8 +683,14 @@ class Lowering:
             plain: list[exp.Expression] = []
             tests: list[tuple[exp.Expression, bool]] = []
             valued: list[exp.Expression] = []
+            clock: list[ClockBound] = []
             for c in _conjuncts(where.this):
-                if (found := subquery_test(c)) is not None:
+                if reads_clock(c, in_subqueries=False):  # a subquery's own WHERE is planned with it
+                    bound = clock_bound(c)
+                    if bound is None:
+                        raise Unsupported(CLOCK_REASON)
+                    clock.append(bound)
+                elif (found := subquery_test(c)) is not None:
                     tests.append(found)
                 else:
                     (valued if nested_subqueries(c) else plain).append(c)
@@ -654,6 +698,8 @@ class Lowering:
             pred = _and(rest)
             if pred is not None:
                 node = Filter(node.columns, node, pred)
+            if clock:  # before the subqueries' joins: their state holds only the rows it shows
+                node = Temporal(node.columns, node, tuple(replace(b, expr=self.rewrite(b.expr, env)) for b in clock))
             for test, negated in tests:  # after the plain conditions: fewer rows kept in the join's state
                 node = lower_subquery_test(self, node, env, test, negated)
             for c in valued:
@@ -1109,6 +1155,8 @@ def push_filters(root: Node) -> Node:
     planner does the same (quals pushed down to the scans), so errors a pushed condition raises
     are those PostgreSQL could raise."""
     def step(new: Node) -> Node:
+        if isinstance(new, Temporal):
+            return _push_temporal(new)
         if isinstance(new, Filter) and isinstance(new.input, Filter) and isinstance(new.input.input, Join):
             # WHERE over a join whose ON kept a condition above it: one filter, pushed as one
             both = _and([*_conjuncts(new.input.predicate), *_conjuncts(new.predicate)])
@@ -1135,19 +1183,31 @@ def _bottom_up(root: Node, step: Callable[[Node], Node]) -> Node:
     return build(root)
 
 
-def _push_into_join(join: Join, predicate: exp.Expression) -> Node:
+_T = TypeVar("_T")
+
+
+def _by_join_side(join: Join, items: Iterable[_T], expr: Callable[[_T], exp.Expression]
+                  ) -> tuple[list[_T], list[_T], list[_T]]:
+    """`items` split into those whose expression reads the join's left side only (where a
+    condition may move below it: an inner join's either side, an outer join's preserved side),
+    its right side only, and the rest."""
     left_cols, right_cols = set(join.left.columns), set(join.right.columns)
-    to_left: list[exp.Expression] = []
-    to_right: list[exp.Expression] = []
-    rest: list[exp.Expression] = []
-    for c in _conjuncts(predicate):
-        used = _columns_of(c)
+    to_left: list[_T] = []
+    to_right: list[_T] = []
+    rest: list[_T] = []
+    for item in items:
+        used = _columns_of(expr(item))
         if used and used <= left_cols and join.kind in ("inner", "left"):
-            to_left.append(c)
+            to_left.append(item)
         elif used and used <= right_cols and join.kind in ("inner", "right"):
-            to_right.append(c)
+            to_right.append(item)
         else:
-            rest.append(c)
+            rest.append(item)
+    return to_left, to_right, rest
+
+
+def _push_into_join(join: Join, predicate: exp.Expression) -> Node:
+    to_left, to_right, rest = _by_join_side(join, _conjuncts(predicate), lambda c: c)
     if not to_left and not to_right:
         return Filter(join.columns, join, predicate)
     left, right = join.left, join.right
@@ -1158,6 +1218,27 @@ def _push_into_join(join: Join, predicate: exp.Expression) -> Node:
     node: Node = replace(join, left=left, right=right)
     pred = _and(rest)
     return node if pred is None else Filter(node.columns, node, pred)
+
+
+def _push_temporal(node: Temporal) -> Node:
+    """A temporal filter over a join (or over a filter over one) with its bounds that read one
+    side only moved onto that side, as `push_filters` moves conditions: the join's state then
+    holds that side's rows of the window only, not every row it ever had."""
+    below = node.input
+    above = below if isinstance(below, Filter) else None
+    join = above.input if above is not None else below
+    if not isinstance(join, Join):
+        return node
+    to_left, to_right, rest = _by_join_side(join, node.bounds, lambda b: b.expr)
+    if not to_left and not to_right:
+        return node
+    left = Temporal(join.left.columns, join.left, tuple(to_left)) if to_left else join.left
+    right = Temporal(join.right.columns, join.right, tuple(to_right)) if to_right else join.right
+    out: Node = replace(join, left=_push_temporal(left) if isinstance(left, Temporal) else left,
+                        right=_push_temporal(right) if isinstance(right, Temporal) else right)
+    if above is not None:
+        out = replace(above, input=out)
+    return replace(node, input=out, bounds=tuple(rest)) if rest else out
 
 
 def _filtered(node: Node, conjuncts: list[exp.Expression]) -> Node:
@@ -1180,7 +1261,7 @@ def _with_inputs(n: Node, kids: list[Node]) -> Node:
         return replace(n, input=kids[0], expire=kids[1] if n.expire is not None else None)  # type: ignore[arg-type]
     if isinstance(n, Filter):  # its columns are its input's, which prune_columns may narrow
         return replace(n, columns=kids[0].columns, input=kids[0])
-    assert isinstance(n, (Map, TopN, Recompute, Session))
+    assert isinstance(n, (Map, TopN, Recompute, Session, Temporal))
     return replace(n, input=kids[0])
 
 
@@ -1285,6 +1366,93 @@ def interval_micros(e: exp.Expression) -> int | None:
         return None
 
 
+# ---- temporal filters ----------------------------------------------------------------------
+
+CLOCK_REASON = ("the query reads the clock (now()) other than in WHERE conditions comparing a timestamp with "
+                "now() plus or minus a fixed interval, so its result changes without new input")
+_CLOCK_FUNCTIONS = ("now", "clock_timestamp", "mz_now", "statement_timestamp", "transaction_timestamp")
+_CLOCK_UNITS = {**_FIXED_UNITS, "DAY": 86_400_000_000, "WEEK": 7 * 86_400_000_000}
+_TIMESTAMP_TYPES = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ)
+
+
+def is_clock(e: Any) -> bool:
+    """now() and its synonyms (CURRENT_DATE and LOCALTIME are not the instant: never temporal)."""
+    if isinstance(e, exp.CurrentTimestamp):
+        return True
+    return isinstance(e, exp.Anonymous) and str(e.this).lower() in _CLOCK_FUNCTIONS
+
+
+def reads_clock(e: exp.Expression, *, in_subqueries: bool = True) -> bool:
+    nodes = e.walk() if in_subqueries else _outside_subqueries(e)
+    return any(is_clock(n) or isinstance(n, (exp.CurrentDate, exp.CurrentTime)) for n in nodes)
+
+
+def _clock_offset(expr: exp.Expression) -> int | None:
+    """`now()`, `now() + INTERVAL ...` or `now() - INTERVAL ...` (a fixed length): the offset
+    from now() in microseconds; else None."""
+    e: Any = expr.unnest()
+    if is_clock(e):
+        return 0
+    if isinstance(e, (exp.Add, exp.Sub)):
+        a, b = e.this.unnest(), e.expression.unnest()
+        if isinstance(e, exp.Add) and is_clock(b):
+            a, b = b, a
+        if not is_clock(a) or not isinstance(b, exp.Interval) or not isinstance(b.this, exp.Literal):
+            return None
+        unit = b.args.get("unit")
+        name = (unit.name if unit is not None else "").upper().rstrip("S")
+        try:
+            micros = int(b.this.name) * _CLOCK_UNITS[name]
+        except (KeyError, ValueError):
+            return None
+        return micros if isinstance(e, exp.Add) else -micros
+    return None
+
+
+_FLIPPED: dict[type, type] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
+
+
+def clock_bound(c: exp.Expression) -> ClockBound | None:
+    """A WHERE conjunct `x > now() - INTERVAL '1 hour'` (any of < <= > >=, either way round, x a
+    timestamp that does not read the clock) as the bound it puts on now(); else None."""
+    if type(c) not in _FLIPPED:
+        return None
+    op: type = type(c)
+    x, other = c.this, c.expression
+    offset = _clock_offset(other)
+    if offset is None:
+        x, other, op = other, x, _FLIPPED[op]
+        offset = _clock_offset(other)
+    if offset is None or reads_clock(x) or _has_subquery(x) or not x.find(exp.Column):
+        return None
+    if x.type is None or not x.type.is_type(*_TIMESTAMP_TYPES):
+        return None
+    # x > now() + o <=> now() < x - o; x >= now() + o <=> now() < x - o + 1 (microseconds);
+    # x < now() + o <=> now() >= x - o + 1; x <= now() + o <=> now() >= x - o.
+    if op is exp.GT:
+        return ClockBound(x, -offset, starts=False)
+    if op is exp.GTE:
+        return ClockBound(x, -offset + 1, starts=False)
+    if op is exp.LT:
+        return ClockBound(x, -offset + 1, starts=True)
+    return ClockBound(x, -offset, starts=True)
+
+
+def _node_reads_clock(n: Node) -> bool:
+    """Whether any expression a node evaluates reads the clock (what a temporal filter does not
+    take stays a recomputation)."""
+    def visit(v: Any) -> bool:
+        if isinstance(v, exp.Expression):
+            return reads_clock(v)
+        if isinstance(v, tuple):
+            return any(visit(x) for x in v)
+        if isinstance(v, (AggCall, SortKey)):
+            return visit(v.arg if isinstance(v, AggCall) else v.expr)
+        return False
+
+    return any(visit(getattr(n, f.name)) for f in fields(n) if not isinstance(getattr(n, f.name), Node))
+
+
 # ---- columns kept in state -----------------------------------------------------------------
 
 
@@ -1322,6 +1490,9 @@ def prune_columns(root: Node) -> Node:
         elif isinstance(n, Session):
             below = narrowed(kids[0], n.input, wants[0])
             new = replace(n, columns=below.columns + n.columns[-2:], input=below)
+        elif isinstance(n, Temporal):
+            below = narrowed(kids[0], n.input, wants[0])
+            new = replace(n, columns=below.columns, input=below)
         else:
             new = _with_inputs(n, kids)
         built[id(n)] = new
@@ -1354,6 +1525,8 @@ def _needed_from_inputs(n: Node, want: set[str]) -> list[set[str]]:
         return [want | cols(n.partition) | cols(k.expr for k in n.order)]
     if isinstance(n, Session):
         return [(want & set(n.input.columns)) | cols(n.partition) | _columns_of(n.ts)]
+    if isinstance(n, Temporal):
+        return [want | cols(b.expr for b in n.bounds)]
     return [set(i.columns) for i in n.inputs()]  # a Recompute's query reads its input whole
 
 
@@ -1416,6 +1589,9 @@ def share_common_subplans(root: Node) -> Node:
         elif isinstance(n, Session):
             sig = (f"Session({sigs}, {canons(n.partition, kids[0].columns)}, {canon(n.ts, kids[0].columns)}, "
                    f"{n.gap_micros})")
+        elif isinstance(n, Temporal):
+            bounds = ", ".join(f"{canon(b.expr, kids[0].columns)} {b.offset_micros} {b.starts}" for b in n.bounds)
+            sig = f"Temporal({sigs}, [{bounds}])"
         else:  # a Recompute (a view's top only): never shared
             sig = f"Recompute@{id(n)}"
         if isinstance(new, STATEFUL):
@@ -1454,12 +1630,9 @@ def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog:
     """The one place a view's strategy is decided (pure: no Spark, no disk). `eowc`: the
     watermarked relation of an EMIT ON WINDOW CLOSE view."""
     from streamdb import types as T
-    from streamdb.planner.incremental import is_time_dependent
     from streamdb.planner.query import _typed_copy
     from streamdb.sql.parser import parse_one
 
-    if is_time_dependent(resolved_sql):
-        return ViewStrategy(None, "the query reads the clock (now()), so its result changes without new input")
     for i in inputs:
         rel = catalog.by_id(i.relation_id) if i.relation_id is not None else None
         if rel is None:
@@ -1474,7 +1647,11 @@ def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog:
         return ViewStrategy(None, f"the query could not be typed ({type(e).__name__})")
     try:
         dataflow = plan_dataflow(typed, inputs, catalog, names)
+        if any(_node_reads_clock(n) for n in dataflow.nodes()):
+            return ViewStrategy(None, CLOCK_REASON)
         if eowc is not None:
+            if any(isinstance(n, Temporal) for n in dataflow.nodes()):
+                raise Unsupported("EMIT ON WINDOW CLOSE over a temporal filter")
             dataflow = with_watermark(dataflow, catalog, eowc)
         return ViewStrategy(dataflow)
     except Unsupported as e:

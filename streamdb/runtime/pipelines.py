@@ -180,6 +180,11 @@ def _state_rows_key(depth: int) -> bytes:
     return f"pipeline-state-rows:{depth}".encode()
 
 
+def _clock_rows_key(depth: int) -> bytes:
+    """Rows the pipeline's temporal filters hold (their timers pending), as of its last batch."""
+    return f"pipeline-clock-rows:{depth}".encode()
+
+
 def _committed_batch_key(depth: int) -> bytes:
     """The last batch of the depth's pipeline the server committed: Spark's checkpoint may be a
     batch ahead of it (a large batch is committed beside the next one), and is rewound to it at
@@ -198,10 +203,21 @@ def _checkpoint_generation_key(depth: int) -> bytes:
 # otherwise stays in its depth's state store). Past the setting `push_pipelines` of them, more
 # share their depth's pipeline.
 PUSH_PIPELINES = 1 << 30
+# Views with a temporal filter run apart, keyed from here on by depth: their layers are in
+# Spark's processing-time mode and their batches run on the clock (pipeline.uses_clock), which
+# the other views' pipelines need not pay for; a stateful operator's time mode is fixed in its
+# checkpoint, so no pipeline ever switches.
+CLOCK_PIPELINES = 1 << 29
 
 
 def pipeline_name(key: int) -> str:
-    return f"push-{key - PUSH_PIPELINES}" if key >= PUSH_PIPELINES else f"depth-{key}"
+    if key >= PUSH_PIPELINES:
+        return f"push-{key - PUSH_PIPELINES}"
+    return f"clock-depth-{key - CLOCK_PIPELINES}" if key >= CLOCK_PIPELINES else f"depth-{key}"
+
+
+def _with_clock(dataflow: D.Dataflow) -> bool:
+    return any(isinstance(n, D.Temporal) for n in dataflow.nodes())
 
 
 def _micros(value: Any) -> int | None:
@@ -260,12 +276,13 @@ class PipelineManager:
         return strategy
 
     def _pipeline_key(self, view: RelationDef, dataflow: D.Dataflow) -> int:
+        shared = dataflow.depth() + (CLOCK_PIPELINES if _with_clock(dataflow) else 0)
         if not view.transient:
-            return dataflow.depth()
+            return shared
         key = self._push_keys.get(view.id)
         if key is None:
             own = sum(1 for k in self._push_keys.values() if k >= PUSH_PIPELINES)
-            key = PUSH_PIPELINES + view.id if own < self.engine.settings.push_pipelines else dataflow.depth()
+            key = PUSH_PIPELINES + view.id if own < self.engine.settings.push_pipelines else shared
             self._push_keys[view.id] = key
         return key
 
@@ -351,7 +368,8 @@ class PipelineManager:
             # starts at a path of its own (a new generation), never at this one.
             generation = self._checkpoint_generation(depth)
             old = self._checkpoint(depth, generation)
-            commit = Commit(deletes=[(META, _state_rows_key(depth)), (META, _committed_batch_key(depth))])
+            commit = Commit(deletes=[(META, _state_rows_key(depth)), (META, _committed_batch_key(depth)),
+                                     (META, _clock_rows_key(depth))])
             if depth < PUSH_PIPELINES:
                 commit.puts.append((META, _checkpoint_generation_key(depth), str(generation + 1).encode()))
             self.engine.storage.commit(commit)
@@ -366,12 +384,17 @@ class PipelineManager:
         flows = []
         now = dt.datetime.now(dt.UTC)
         with engine.storage.snapshot() as snap:
+            clock_rows = 0
             if fresh:
-                commit.deletes.extend([(META, rows_key), (META, _committed_batch_key(depth))])
+                commit.deletes.extend([(META, rows_key), (META, _committed_batch_key(depth)),
+                                       (META, _clock_rows_key(depth))])
                 state_rows: int | None = 0
             else:
                 raw = snap.get(META, rows_key)
                 state_rows = int(raw) if raw is not None else None
+                raw = snap.get(META, _clock_rows_key(depth))
+                # Unknown (no batch committed its count yet): assume rows are held, so it ticks.
+                clock_rows = int(raw) if raw is not None else 1
                 self._rewind(depth, checkpoint, snap, commit)
             for gone in [k for k in self._failed if catalog.by_id(k) is None]:  # dropped views
                 del self._failed[gone]
@@ -425,7 +448,8 @@ class PipelineManager:
         assert spark is not None
         pipeline = StreamingPipeline(spark.session(), name, checkpoint, partial(self._on_batch, depth),
                                      partial(self._on_failure, depth),
-                                     async_commit_rows=engine.settings.pipeline_async_commit_rows)
+                                     async_commit_rows=engine.settings.pipeline_async_commit_rows,
+                                     clock_tick_ms=engine.settings.clock_tick_ms)
         entry = _Running(depth, pipeline, key, views, state_rows=state_rows)
         if running is not None:
             entry.failures = running.failures
@@ -434,8 +458,8 @@ class PipelineManager:
         self._running[depth] = entry
         try:
             t1 = time.monotonic()
-            layers = depth if depth < PUSH_PIPELINES else max(df.depth() for df in views.values())
-            pipeline.start(relations, flows, layers, self._log_spec())
+            layers = depth if depth < CLOCK_PIPELINES else max(df.depth() for df in views.values())
+            pipeline.start(relations, flows, layers, self._log_spec(), clock_rows)
             log.info("pipeline %s: %d views, started in %.0f ms", name, len(flows),
                      (time.monotonic() - t1) * 1000)
         except StreamDBError as e:
@@ -704,6 +728,9 @@ class PipelineManager:
             state_rows = None if running.state_rows is None else running.state_rows + state_rows_added
             if state_rows is not None:
                 commit.puts.append((META, _state_rows_key(depth), str(state_rows).encode()))
+            clock_rows = running.pipeline.clock_rows(batch_id)
+            if clock_rows is not None:
+                commit.puts.append((META, _clock_rows_key(depth), str(clock_rows).encode()))
             engine.storage.commit(commit)
             running.state_rows = state_rows
             engine.metrics.committed(commit)

@@ -21,6 +21,7 @@ happen in `read()`, on the executors, through this process's log reader (storage
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -121,7 +122,11 @@ class LogStreamReader(DataSourceStreamReader):
             done = start.get("bf", {}).get(vid, {}) if _same_generation(start, views, gens, vid) else {}
             bf[vid] = {rid: [take(lo, j) for lo, j in zip(_pad(done.get(rid, []), len(js)), js, strict=True)]
                        for rid, js in joins.items()}
-        return {"rels": rels, "views": views, "gens": gens, "bf": bf}
+        out = {"rels": rels, "views": views, "gens": gens, "bf": bf}
+        tick_ms = int(self.plan.get("tick_ms") or 0)
+        if tick_ms:  # temporal filters: a batch at every tick, input or not (LogStream.java)
+            out["tick"] = int(time.time() * 1000) // tick_ms
+        return out
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         out: list[InputPartition] = []

@@ -99,6 +99,7 @@ class CompiledPipeline:
     specs: list[str]
     source_plan: dict[str, Any]
     state_rows: Any  # a LongAccumulator (JVM): entries the layers added to their state stores minus removed
+    clock_rows: Any = None  # one counting the rows temporal filters hold (Ticks.java); None without them
 
 
 # ---- rendering expressions --------------------------------------------------------------
@@ -245,12 +246,19 @@ class _Arm:
 
 class _Compiler:
     def __init__(self, spark: SparkSession, relations: dict[int, RelationDef], views: list[ViewFlow],
-                 depth: int, log_spec: LogReaderSpec) -> None:
+                 depth: int, log_spec: LogReaderSpec, tick_ms: int = 1000, tick_key: str = "",
+                 clock_rows_base: int = 0) -> None:
         self.spark = spark
+        self.tick_ms = tick_ms
+        self.tick_key = tick_key
+        self.clock_rows_base = clock_rows_base
         self.relations = relations
         self.views = views
         self.depth = depth
         self.log_spec = log_spec
+        # A temporal filter's operator reads the micro-batch's time and sets timers on it: every
+        # layer of the pipeline then runs in Spark's processing-time mode.
+        self.clock = uses_clock(views)
         self.layer_ops: list[dict[int, _Op]] = [{} for _ in range(depth + 2)]
         self.sink: dict[int, SinkView] = {}
         # What the records of a node's rows hold, for decoding them at a later boundary:
@@ -295,7 +303,10 @@ class _Compiler:
                 "gens": {str(v.view_id): v.ops_base for v in self.views},
                 "hold": {str(rid): list(offsets) for v in self.views if v.hold
                          for rid, offsets in v.hold.items() if rid in self.relations},
-                "max_rows": log_source.MAX_ROWS}
+                "max_rows": log_source.MAX_ROWS,
+                # temporal filters: a batch every tick, new input or not, while they hold rows
+                # (LogStream.latestOffset, Ticks.java)
+                "tick_ms": self.tick_ms if self.clock else 0, "tick_key": self.tick_key}
 
     # -- which operator instances there are --
 
@@ -390,6 +401,11 @@ class _Compiler:
         # Counted by the operators (CountingKeyState.java), not by Spark's state store, which reads
         # every key before writing it to count (stateStore.rocksdb.trackTotalNumberOfRows, off).
         state_rows = self.spark.sparkContext._jsc.sc().longAccumulator(f"state rows, depth {self.depth}")
+        clock_rows = None
+        if self.clock:
+            clock_rows = self.spark.sparkContext._jsc.sc().longAccumulator(f"clock rows, depth {self.depth}")
+            jvm_: Any = self.spark._jvm  # type: ignore[attr-defined]
+            jvm_.streamdb.spark.Ticks.register(self.tick_key, clock_rows, self.clock_rows_base)
         for b in range(self.depth + 1):
             frame = self._boundary(frame, b)
             if b == self.depth:
@@ -402,8 +418,8 @@ class _Compiler:
                                        for o in self.layer_ops[b + 1].values()]})
             specs.append(spec)
             jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
-            frame = DataFrame(jvm.streamdb.spark.Layers.layer(frame._jdf, spec, state_rows), self.spark)
-        return CompiledPipeline(frame, self.sink, specs, plan, state_rows)
+            frame = DataFrame(jvm.streamdb.spark.Layers.layer(frame._jdf, spec, state_rows, clock_rows), self.spark)
+        return CompiledPipeline(frame, self.sink, specs, plan, state_rows, clock_rows)
 
     def _boundary(self, frame: DataFrame, b: int) -> DataFrame:
         """The projection after layer b (0: after the source): decode what comes out, route each
@@ -587,7 +603,7 @@ class _Compiler:
                         names[col] = decode.column(carrier, "TRY_" + template.format(raw))
                         self._decode_failures[names[col]] = (f"({raw} IS NOT NULL AND {names[col]} IS NULL)", failure)
         else:  # a TopN's or a Session's rows, or a Scan's carried up by PASS ops
-            key = (frontier, 0) if isinstance(frontier, (D.TopN, D.Session)) else frontier
+            key = (frontier, 0) if isinstance(frontier, (D.TopN, D.Session, D.Temporal)) else frontier
             schema = self.schemas[key]
             if isinstance(frontier, D.Session):  # each row with its session's bounds appended
                 bound = self.schemas[(frontier, "bound")]
@@ -633,6 +649,9 @@ class _Compiler:
             for i, k in enumerate(consumer.partition):
                 value(f"k{i}", k)
             value("x0", consumer.ts)
+        elif isinstance(consumer, D.Temporal):
+            for j, bound in enumerate(consumer.bounds):
+                value(f"x{j}", bound.expr)
         arm.fields["w"] = "__w" if isinstance(p.frontier, D.Scan) and b == 0 else "w"
         if isinstance(consumer, D.Reduce) and side == EXPIRE_SIDE:
             arm.fields["w"] = "0"  # not a change: the Combiner passes it on, the Reduce drops the group
@@ -776,6 +795,17 @@ class _Compiler:
                 raise FeatureNotSupported(f"internal: a session time of type {arm.types['x0']}")
             arm.fields["a"] = f"array({encoded})"
             self.schemas[(consumer, "bound")] = arm.types["x0"]
+        elif isinstance(consumer, D.Temporal):
+            # A row is its own key (its count and timers are the key's state), carried in `k`
+            # alone: the combiner nets a batch's equal changes of it before the shuffle.
+            arm.fields["k"] = row
+            args = []
+            for j in range(len(consumer.bounds)):
+                encoded, code, _, _ = _arg_codec("min", arm.types[f"x{j}"], arm.values[f"x{j}"])
+                if code != "long":
+                    raise FeatureNotSupported(f"internal: a temporal filter's time of type {arm.types[f'x{j}']}")
+                args.append(encoded)
+            arm.fields["a"] = f"array({', '.join(args)})"
         self._add_op(consumer, _node_kind(consumer), self._node_spec(consumer, child))
 
     def _node_spec(self, node: Any, child: D.Node | None) -> dict[str, Any]:
@@ -799,6 +829,9 @@ class _Compiler:
                     "ties": node.with_ties, "append_only": D.append_only(node.input)}
         if isinstance(node, D.Session):
             return {"gap": node.gap_micros, "bounds": list(node.columns[-2:])}
+        if isinstance(node, D.Temporal):
+            return {"clock": [{"kind": "from" if b.starts else "until", "offset": b.offset_micros}
+                              for b in node.bounds]}
         return {}
 
     def _residual_spec(self, node: D.Join) -> list[dict[str, Any]]:
@@ -894,6 +927,8 @@ def _value_asts(consumer: Any, side: int) -> list[exp.Expression]:
         return list(consumer.partition)
     if isinstance(consumer, D.Session):
         return [*consumer.partition, consumer.ts]
+    if isinstance(consumer, D.Temporal):
+        return [b.expr for b in consumer.bounds]
     return []
 
 
@@ -1289,7 +1324,13 @@ def _needs_seed(n: D.Node) -> bool:
 
 
 def _node_kind(n: Any) -> str:
-    return {D.Join: "join", D.Reduce: "reduce", D.TopN: "topn", D.Recompute: "arrange", D.Session: "session"}[type(n)]
+    return {D.Join: "join", D.Reduce: "reduce", D.TopN: "topn", D.Recompute: "arrange", D.Session: "session",
+            D.Temporal: "temporal"}[type(n)]
+
+
+def uses_clock(views: Sequence[ViewFlow]) -> bool:
+    """Whether a pipeline of these views has a temporal filter (its batches run on the clock)."""
+    return any(isinstance(n, D.Temporal) for v in views for n in v.dataflow.nodes())
 
 
 def _residual_operand(o: exp.Expression, code: str, fields: dict[str, tuple[int, str]]) -> dict[str, Any]:
@@ -1489,13 +1530,15 @@ class StreamingPipeline:
     which the manager rewinds at the pipeline's next start (`rewind_checkpoint`)."""
 
     def __init__(self, spark: SparkSession, name: str, checkpoint: Path, on_batch: BatchHandler,
-                 on_failure: FailureHandler, trigger_ms: int = 100, async_commit_rows: int = 50_000) -> None:
+                 on_failure: FailureHandler, trigger_ms: int = 100, async_commit_rows: int = 50_000,
+                 clock_tick_ms: int = 1000) -> None:
         self.spark = spark
         self.name = name
         self.checkpoint = checkpoint
         self.on_batch = on_batch
         self.on_failure = on_failure
         self.trigger_ms = trigger_ms
+        self.clock_tick_ms = clock_tick_ms
         self.compiled: CompiledPipeline | None = None
         self._query: Any = None
         self._watcher: threading.Thread | None = None
@@ -1504,6 +1547,10 @@ class StreamingPipeline:
         self.batches = 0
         self.last_batch_ms: float | None = None
         self._rows_counted = 0  # the state-rows accumulator's value at the last batch
+        self._clock_base = 0
+        # batch -> rows its temporal filters held after it, read when its job ended (a batch's
+        # commit may run beside the next batch, whose operators count on)
+        self._clock_at: dict[int, int] = {}
         self.last_batch_rows = 0
         self._session: SparkSession | None = None
         self._reads: _SinkReads | None = None  # what the sink takes of every batch
@@ -1514,7 +1561,8 @@ class StreamingPipeline:
         self._commit_error: StreamDBError | None = None
 
     def start(self, relations: dict[int, RelationDef], views: list[ViewFlow], depth: int,
-              log_spec: LogReaderSpec) -> None:
+              log_spec: LogReaderSpec, clock_rows: int = 0) -> None:
+        """`clock_rows`: the rows its temporal filters held at its last committed batch."""
         from pyspark.sql.utils import StreamingQueryException  # noqa: F401 - imported for the watcher
 
         from streamdb.runtime.spark.session import translate_spark_error
@@ -1558,7 +1606,9 @@ class StreamingPipeline:
         jvm_session = session._jvm.org.apache.spark.sql.SparkSession  # type: ignore[union-attr]
         jvm_session.setActiveSession(session._jsparkSession)
         try:
-            self.compiled = _Compiler(session, relations, views, depth, log_spec).build()
+            self.compiled = _Compiler(session, relations, views, depth, log_spec, self.clock_tick_ms,
+                                      str(self.checkpoint), clock_rows).build()
+            self._clock_base = clock_rows
             self._session = session
             self._sink_class = session._jvm.streamdb.spark.Sink  # type: ignore[union-attr]
             self._reads = _SinkReads.of(self.compiled)
@@ -1623,6 +1673,11 @@ class StreamingPipeline:
     def active(self) -> bool:
         return self._query is not None and bool(self._query.isActive)
 
+    def clock_rows(self, batch_id: int) -> int | None:
+        """Rows its temporal filters held after batch `batch_id` (None without them): kept by the
+        server with the batch, so a restart knows whether the pipeline must tick (Ticks.java)."""
+        return self._clock_at.pop(batch_id, None)
+
     def _offsets(self, batch_id: int) -> dict[str, Any]:
         text = (self.checkpoint / "offsets" / str(batch_id)).read_text()
         return json.loads(text.strip().splitlines()[-1])
@@ -1681,6 +1736,8 @@ class StreamingPipeline:
             assert self.compiled is not None
             counted = int(self.compiled.state_rows.value())  # complete: the batch's job has ended
             added, self._rows_counted = counted - self._rows_counted, counted
+            if self.compiled.clock_rows is not None:
+                self._clock_at = {batch_id: self._clock_base + int(self.compiled.clock_rows.value())}
             computed = time.monotonic()
             self.last_batch_rows = table.num_rows
             errors = _errors(table)

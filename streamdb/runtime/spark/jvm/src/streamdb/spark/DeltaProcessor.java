@@ -8,6 +8,7 @@ import java.util.List;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.streaming.ExpiredTimerInfo;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.StatefulProcessor;
@@ -28,13 +29,17 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
   private final String specJson;
   // Entries added minus removed in the layer's state store (CountingKeyState), summed on the driver.
   private final LongAccumulator stateRows;
+  // Rows the layer's temporal filters hold (Ticks); null in a pipeline without them.
+  private final LongAccumulator clockRows;
   private final BlockCache.Settings blockCache;
   private transient Spec spec;
   private transient CountingKeyState state;
 
-  public DeltaProcessor(String specJson, LongAccumulator stateRows, BlockCache.Settings blockCache) {
+  public DeltaProcessor(String specJson, LongAccumulator stateRows, LongAccumulator clockRows,
+                        BlockCache.Settings blockCache) {
     this.specJson = specJson;
     this.stateRows = stateRows;
+    this.clockRows = clockRows;
     this.blockCache = blockCache;
   }
 
@@ -91,14 +96,67 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
     List<Rec> results = new ArrayList<>();
     String k = key.isNullAt(1) ? "" : key.getString(1);
     state.begin();
-    Operators.apply(op, k, recs, state, results);
+    if (op.kind == Spec.Kind.TEMPORAL) {
+      Temporal.apply(op, k, recs, state, results, clock(timerValues), false);
+    } else {
+      Operators.apply(op, k, recs, state, results);
+    }
     long added = state.takeDelta();
     if (added != 0) {
       stateRows.add(added);
+      if (op.kind == Spec.Kind.TEMPORAL && clockRows != null) {
+        clockRows.add(added);  // a temporal filter's key holds state exactly while its timer is set
+      }
     }
     for (Rec r : results) {
       out.add(r.toRow());
     }
     return CollectionConverters.asScala(out.iterator());
+  }
+
+  /** A temporal filter's timer (the only operator that sets any): its row starts or stops showing. */
+  @Override
+  public scala.collection.Iterator<Row> handleExpiredTimer(Row key, TimerValues timerValues,
+                                                           ExpiredTimerInfo expiredTimerInfo) {
+    Spec.Op op = spec.op(key.getInt(0));
+    List<Row> out = new ArrayList<>();
+    if (op != null && op.kind == Spec.Kind.TEMPORAL) {
+      List<Rec> results = new ArrayList<>();
+      state.begin();
+      Temporal.apply(op, key.isNullAt(1) ? "" : key.getString(1), java.util.Collections.emptyIterator(), state,
+                     results, clock(timerValues), true);
+      long added = state.takeDelta();
+      if (added != 0) {
+        stateRows.add(added);
+        if (clockRows != null) {
+          clockRows.add(added);
+        }
+      }
+      for (Rec r : results) {
+        out.add(r.toRow());
+      }
+    }
+    return CollectionConverters.asScala(out.iterator());
+  }
+
+  private Temporal.Clock clock(TimerValues timerValues) {
+    StatefulProcessorHandle h = getHandle();
+    long now = timerValues.getCurrentProcessingTimeInMs() * 1000L;
+    return new Temporal.Clock() {
+      @Override
+      public long nowMicros() {
+        return now;
+      }
+
+      @Override
+      public void register(long ms) {
+        h.registerTimer(ms);
+      }
+
+      @Override
+      public void delete(long ms) {
+        h.deleteTimer(ms);
+      }
+    };
   }
 }

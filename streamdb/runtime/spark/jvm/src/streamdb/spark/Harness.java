@@ -19,6 +19,9 @@ import org.apache.spark.sql.Row;
 public final class Harness {
   private final Spec spec;
   private final Map<String, MemoryKeyState> states = new HashMap<>();
+  // Temporal filters: the batch's processing time and each key's timers, as Spark keeps them.
+  private long nowMs;
+  private final Map<String, java.util.TreeSet<Long>> timers = new HashMap<>();
   private static final ObjectMapper JSON = new ObjectMapper();
 
   public Harness(String specJson) {
@@ -63,46 +66,86 @@ public final class Harness {
       Rec r = Rec.of(it.next());
       byKey.computeIfAbsent(r.op + "\u0000" + r.k, x -> new ArrayList<>()).add(r);
     }
-    ArrayNode out = JSON.createArrayNode();
+    List<Rec> results = new ArrayList<>();
     for (Map.Entry<String, List<Rec>> e : byKey.entrySet()) {
       List<Rec> recs = e.getValue();
       Spec.Op op = spec.op(recs.get(0).op);
-      if (op == null) {
-        continue;
+      if (op != null) {
+        applyTo(op, e.getKey(), recs.get(0).k, recs.iterator(), false, results);
       }
-      MemoryKeyState st = states.computeIfAbsent(e.getKey(), x -> new MemoryKeyState());
-      // Counted as the pipeline counts its state rows (DeltaProcessor), checked against the maps.
-      CountingKeyState counted = new CountingKeyState(st);
-      long sizeBefore = st.size();
-      List<Rec> results = new ArrayList<>();
-      Operators.apply(op, recs.get(0).k, recs.iterator(), counted, results);
-      long added = counted.takeDelta();
-      if (st.size() - sizeBefore != added) {
-        throw new IllegalStateException("state entries counted " + added + ", changed by " + (st.size() - sizeBefore));
+    }
+    // Then the timers due at the batch's time, as Spark fires them after the input.
+    List<String[]> due = new ArrayList<>();
+    for (Map.Entry<String, java.util.TreeSet<Long>> t : timers.entrySet()) {
+      for (long ms : t.getValue().headSet(nowMs, true)) {
+        due.add(new String[] {t.getKey(), Long.toString(ms)});
       }
-      if (st.isEmpty()) {
-        states.remove(e.getKey());
-      }
-      for (Rec r : results) {
-        ArrayNode row = out.addArray();
-        row.add(r.op).add(r.side).add(r.k).add(r.row).add(r.row2);
-        if (r.a == null) {
-          row.addNull();
-        } else {
-          ArrayNode a = row.addArray();
-          for (String x : r.a) {
-            a.add(x);
-          }
+    }
+    for (String[] d : due) {
+      timers.get(d[0]).remove(Long.parseLong(d[1]));
+      int split = d[0].indexOf('\u0000');
+      Spec.Op op = spec.op(Integer.parseInt(d[0].substring(0, split)));
+      applyTo(op, d[0], d[0].substring(split + 1), java.util.Collections.emptyIterator(), true, results);
+    }
+    timers.values().removeIf(java.util.TreeSet::isEmpty);
+    ArrayNode out = JSON.createArrayNode();
+    for (Rec r : results) {
+      ArrayNode row = out.addArray();
+      row.add(r.op).add(r.side).add(r.k).add(r.row).add(r.row2);
+      if (r.a == null) {
+        row.addNull();
+      } else {
+        ArrayNode a = row.addArray();
+        for (String x : r.a) {
+          a.add(x);
         }
-        row.add(r.w);
       }
+      row.add(r.w);
     }
     return out.toString();
   }
 
-  /** Keys holding state: shows state is freed when groups and join keys empty out. */
+  private void applyTo(Spec.Op op, String stateKey, String k, Iterator<Rec> recs, boolean timerFired,
+                       List<Rec> results) {
+    MemoryKeyState st = states.computeIfAbsent(stateKey, x -> new MemoryKeyState());
+    // Counted as the pipeline counts its state rows (DeltaProcessor), checked against the maps.
+    CountingKeyState counted = new CountingKeyState(st);
+    long sizeBefore = st.size();
+    if (op.kind == Spec.Kind.TEMPORAL) {
+      Temporal.apply(op, k, recs, counted, results, new Temporal.Clock() {
+        @Override
+        public long nowMicros() {
+          return nowMs * 1000L;
+        }
+
+        @Override
+        public void register(long ms) {
+          timers.computeIfAbsent(stateKey, x -> new java.util.TreeSet<>()).add(ms);
+        }
+
+        @Override
+        public void delete(long ms) {
+          java.util.TreeSet<Long> set = timers.get(stateKey);
+          if (set == null || !set.remove(ms)) {
+            throw new IllegalStateException("deleted a timer that is not set: " + ms);
+          }
+        }
+      }, timerFired);
+    } else {
+      Operators.apply(op, k, recs, counted, results);
+    }
+    long added = counted.takeDelta();
+    if (st.size() - sizeBefore != added) {
+      throw new IllegalStateException("state entries counted " + added + ", changed by " + (st.size() - sizeBefore));
+    }
+    if (st.isEmpty()) {
+      states.remove(stateKey);
+    }
+  }
+
+  /** Keys holding state, and keys with timers set: shows state is freed when it empties out. */
   public int keysWithState() {
-    return states.size();
+    return states.size() + (int) timers.keySet().stream().filter(k -> !states.containsKey(k)).count();
   }
 
   /**
@@ -118,6 +161,10 @@ public final class Harness {
     for (String line = in.readLine(); line != null; line = in.readLine()) {
       if (line.startsWith("{")) {
         h = new Harness(line);
+        continue;
+      }
+      if (line.startsWith("@")) {  // the next batches' processing time, in ms
+        h.nowMs = Long.parseLong(line.substring(1).trim());
         continue;
       }
       String result;

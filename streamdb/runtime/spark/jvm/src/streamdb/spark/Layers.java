@@ -58,6 +58,16 @@ public final class Layers {
    * `stateRows` sums the entries the layer adds to its state store minus those it removes.
    */
   public static Dataset<Row> layer(Dataset<Row> records, String spec, LongAccumulator stateRows) {
+    return layer(records, spec, stateRows, null);
+  }
+
+  /**
+   * `clockRows` (non-null for a pipeline with temporal filters): the layer's operators see the
+   * micro-batch's processing time and may set timers on it, and the rows the temporal filters
+   * hold are counted there (Ticks).
+   */
+  public static Dataset<Row> layer(Dataset<Row> records, String spec, LongAccumulator stateRows,
+                                   LongAccumulator clockRows) {
     Spec.parse(spec);  // a bad spec fails here, on the driver, not in a task
     Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w")
         .mapPartitions((MapPartitionsFunction<Row, Row>) rows -> new Combiner(rows, Spec.parse(spec)),
@@ -67,7 +77,8 @@ public final class Layers {
     return input
         .groupBy(input.col("op"), functions.coalesce(input.col("k"), functions.lit("")).as("k"))
         .as(Encoders.row(KEY), Encoders.row(RECORD))
-        .transformWithState(new DeltaProcessor(spec, stateRows, blockCache(records)), TimeMode.None(),
+        .transformWithState(new DeltaProcessor(spec, stateRows, clockRows, blockCache(records)),
+                            clockRows != null ? TimeMode.ProcessingTime() : TimeMode.None(),
                             OutputMode.Append(), Encoders.row(RECORD));
   }
 

@@ -68,6 +68,7 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
   private Offset lastStart;
   private long lastLimit;
   private long[] lastEnds;
+  private long lastTick;
   private LogOffset lastLatest;
 
   static ObjectNode parse(String json) {
@@ -114,7 +115,12 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
     long maxRows = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE;
     LogStore store = LogStore.openRecent(plan.get("log").get("path").asText(), SHARED_CATCH_UP_NANOS);
     long[] endsNow = endOffsets(store);
-    if (lastLatest != null && lastLimit == maxRows && Arrays.equals(lastEnds, endsNow)
+    // A pipeline with temporal filters (plan "tick_ms"): the offset moves on every tick, input or
+    // not, so a batch runs and its operators' timers fire (rows leave as time passes); between
+    // ticks, batches run only for new input, at the usual trigger.
+    long tickMs = plan.path("tick_ms").asLong(0);
+    long tick = tickMs > 0 ? tickOf(start, tickMs) : 0;
+    if (lastLatest != null && lastLimit == maxRows && Arrays.equals(lastEnds, endsNow) && lastTick == tick
         && lastStart.equals(startOffset)) {
       return lastLatest;  // Offset.equals compares the (kept) JSON
     }
@@ -171,9 +177,13 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
         }
       }
     }
+    if (tickMs > 0) {
+      out.put("tick", tick);
+    }
     lastStart = startOffset;
     lastLimit = maxRows;
     lastEnds = endsNow;
+    lastTick = tick;
     lastLatest = new LogOffset(out);
     return lastLatest;
   }
@@ -274,6 +284,24 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
     System.arraycopy(values, 0, out, 0, Math.min(n, values.length));
     return out;
   }
+
+  /**
+   * The tick of the next batch: the clock's while the temporal filters hold rows (their timers
+   * fall due as time passes), else the last batch's, so an idle pipeline with empty windows runs
+   * no batch. Once a minute it ticks regardless: a count gone wrong (a task's accumulator
+   * counted twice) delays rows leaving by a minute at most, never for good.
+   */
+  private long tickOf(ObjectNode start, long tickMs) {
+    long now = System.currentTimeMillis();
+    if (Ticks.pending(plan.path("tick_key").asText("")) > 0) {
+      return now / tickMs;
+    }
+    long slow = Math.max(tickMs, IDLE_TICK_MS);
+    long idle = now / slow * slow / tickMs;
+    return Math.max(start.path("tick").asLong(0), idle);
+  }
+
+  static final long IDLE_TICK_MS = 60_000;
 
   @Override
   public InputPartition[] planInputPartitions(Offset startOffset, Offset endOffset) {

@@ -12,7 +12,7 @@ import java.util.Map;
 public final class Spec implements Serializable {
   private static final long serialVersionUID = 1L;
 
-  public enum Kind { JOIN, REDUCE, TOPN, ARRANGE, SESSION, PASS }
+  public enum Kind { JOIN, REDUCE, TOPN, ARRANGE, SESSION, TEMPORAL, PASS }
 
   /** One aggregate of a REDUCE operator. */
   public static final class Agg implements Serializable {
@@ -62,6 +62,10 @@ public final class Spec implements Serializable {
     public final String startKey;           // SESSION: the window_start field of an output row, as JSON `"name":`
     public final String endKey;             // SESSION: the window_end field
     final Residual residual;                // JOIN (inner): comparisons each emitted pair passes; or null
+    // TEMPORAL: for each of the record's `a` values (microseconds), the offset added to it and
+    // whether the sum is where the row starts to hold (true: now >= it) or stops (false: now < it).
+    public long[] clockOffsets = new long[0];
+    public boolean[] clockStarts = new boolean[0];
 
     Op(int id, Kind kind, String joinType, List<Agg> aggs, boolean global, boolean appendOnly, long limit,
        long offset, List<SortKey> order, int reserve, boolean ties, long gapMicros, String startKey, String endKey,
@@ -141,6 +145,16 @@ public final class Spec implements Serializable {
                            n.path("ties").asBoolean(false),
                            n.path("gap").asLong(0), startKey, endKey,
                            Residual.parse(n.get("residual"))));
+        JsonNode clock = n.path("clock");
+        if (clock.size() > 0) {
+          Op op = ops.get(id);
+          op.clockOffsets = new long[clock.size()];
+          op.clockStarts = new boolean[clock.size()];
+          for (int i = 0; i < clock.size(); i++) {
+            op.clockOffsets[i] = clock.get(i).path("offset").asLong();
+            op.clockStarts[i] = "from".equals(clock.get(i).path("kind").asText());
+          }
+        }
       }
       return new Spec(ops);
     } catch (Exception e) {
