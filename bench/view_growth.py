@@ -19,6 +19,9 @@ Three materialized views (issue 13), on one StreamDB server (real Spark, local[2
   session   session windows per user over a stream of clicks (1,000 users), counted per session:
             SELECT u, window_start, window_end, count(*) AS n
             FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end
+  recent    a temporal filter: the last hour's hits per key (a view reading now() was recomputed
+            over its whole input every epoch before 2026-12-02):
+            SELECT k, count(*) AS n, max(v) AS hi FROM hits WHERE ts > now() - INTERVAL '1 hour' GROUP BY k
 
 The stream `ev` and the table `tt` grow to each size in --sizes (cumulative, by COPY; 1% of the
 table's rows are deleted at each step; the table stops at --table-cap rows, 1M by default, because
@@ -27,7 +30,9 @@ FLUSH, --probes single changes are made one at a time and timed from acknowledge
 view shows them (polled every 20 ms): a new event for join_agg, a new top value for topn, for
 minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case), for
 top_table the DELETE of the table's current top row (the view takes the next one in), for
-semi_join a new top value for a key the subquery holds, and
+semi_join a new top value for a key the subquery holds, for recent a hit of now with a new top
+value (the stream `hits` gets as many rows as `ev`, their times spread over the two hours before
+the load, so rows leave the view all along), and
 for session a click that starts a new session for a user (the user's sessions are recomputed
 from all their clicks: size / 1,000 of them). The stream `clicks` gets as many rows as `ev`, one
 second apart in event time.
@@ -88,6 +93,7 @@ VIEWS = {
                  "WHERE e.k IN (SELECT id FROM dim WHERE grp IN ('g1', 'g2', 'g3', 'g4', 'g5'))",
     "session": "SELECT u, window_start, window_end, count(*) AS n "
                "FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end",
+    "recent": "SELECT k, count(*) AS n, max(v) AS hi FROM hits WHERE ts > now() - INTERVAL '1 hour' GROUP BY k",
 }
 # PostgreSQL has no SESSION(): the same query as the window functions the planner expands it to.
 PG_VIEWS = {**VIEWS, "session": (
@@ -151,10 +157,18 @@ class Data:
         self.deleted: set[int] = set()
         self.top = 10**9  # values above every loaded value, for probes
         self.clicks = 0
+        self.hits = 0
 
     def click_rows(self, n: int) -> list[tuple[int, dt.datetime]]:
         rows = [(self.rng.randrange(USERS), T0 + dt.timedelta(seconds=self.clicks + i)) for i in range(n)]
         self.clicks += n
+        return rows
+
+    def hit_rows(self, n: int) -> list[tuple[int, int, dt.datetime]]:
+        now = dt.datetime.now(dt.UTC)
+        rows = [(self.rng.randrange(KEYS), self.rng.randrange(1_000_000),
+                 now - dt.timedelta(seconds=self.rng.uniform(0, 7200))) for _ in range(n)]
+        self.hits += n
         return rows
 
     def event_rows(self, n: int) -> list[tuple[int, int]]:
@@ -175,6 +189,11 @@ def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_ca
             rows = data.click_rows(min(chunk, size - data.clicks))
             for c in systems:
                 copy_rows(c, "clicks", "u, ts", rows)
+    if "recent" in views:
+        while data.hits < size:
+            rows = data.hit_rows(min(chunk, size - data.hits))
+            for c in systems:
+                copy_rows(c, "hits", "k, v, ts", rows)
     remaining = size - data.events if {"join_agg", "topn", "semi_join"} & set(views) else 0
     while remaining > 0:
         n = min(chunk, remaining)
@@ -234,6 +253,11 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             data.top += 1
             change = ("INSERT INTO ev (k, v) VALUES (%s, %s)", (k, data.top))
             check_sql, check = (f"SELECT hi FROM {view}", lambda rows, t=data.top: rows == [(t,)])
+        elif view == "recent":
+            k = data.rng.randrange(KEYS)
+            data.top += 1
+            change = ("INSERT INTO hits (k, v, ts) VALUES (%s, %s, now())", (k, data.top))
+            check_sql, check = (f"SELECT hi FROM {view} WHERE k = {k}", lambda rows, t=data.top: rows == [(t,)])
         elif view == "topn":
             k = data.rng.randrange(KEYS)
             data.top += 1
@@ -319,8 +343,10 @@ def main() -> None:
             sdb.execute("CREATE TABLE dim (id BIGINT PRIMARY KEY, grp TEXT)")
             sdb.execute("CREATE TABLE tt (id BIGINT PRIMARY KEY, grp BIGINT, v BIGINT)")
             sdb.execute("CREATE STREAM clicks (u BIGINT, ts TIMESTAMP)")
+            sdb.execute("CREATE STREAM hits (k BIGINT, v BIGINT, ts TIMESTAMPTZ)")
             if pg is not None:
                 pg.execute("CREATE TABLE clicks (u BIGINT, ts TIMESTAMP)")
+                pg.execute("CREATE TABLE hits (k BIGINT, v BIGINT, ts TIMESTAMPTZ)")
                 pg.execute("CREATE TABLE ev (k BIGINT, v BIGINT)")
                 pg.execute("CREATE TABLE dim (id BIGINT PRIMARY KEY, grp TEXT)")
                 pg.execute("CREATE TABLE tt (id BIGINT PRIMARY KEY, grp BIGINT, v BIGINT)")
