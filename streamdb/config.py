@@ -40,8 +40,8 @@ class Settings(BaseModel):
     # the next batch").
     pipeline_async_commit_rows: int = Field(50_000, ge=1)
     # A pipeline of views with temporal filters (`WHERE ts > now() - INTERVAL ...`) runs a batch
-    # this often, new input or not: rows leave those views as time passes, at this granularity.
-    # Each such batch costs Spark's fixed per-batch work (docs/views.md, "Temporal filters").
+    # this often while a row's time to enter or leave may have come, new input or not: the
+    # granularity of their now(). Each costs Spark's fixed per-batch work (docs/views.md).
     clock_tick_ms: int = Field(1000, ge=100, le=3_600_000)
     # Ad hoc reads over more input rows than this run on Spark; smaller ones on the embedded engine.
     spark_read_threshold_rows: int = Field(1_000_000, ge=0)

@@ -126,3 +126,27 @@ def test_temporal_views_survive_kill_9_and_let_rows_go_after_it(fresh_server):
         _equal_to_batch(conn)
         rows = conn.execute("SELECT id FROM t_recent ORDER BY id").fetchall()
         assert rows == [(i,) for i in range(1, 10) if i != 2]
+
+
+def test_a_push_query_with_a_temporal_filter_sends_rows_as_they_leave(server):
+    """`... WHERE ts > now() - INTERVAL '3 seconds' EMIT CHANGES`: the rows of the window first,
+    then each one's delete as its time passes, with no input."""
+    with server.connect() as conn:
+        conn.execute("CREATE STREAM pev (id INT, ts TIMESTAMPTZ)")
+        try:
+            conn.execute("INSERT INTO pev VALUES (1, now() - INTERVAL '1 hour'), (2, now()), "
+                         "(3, now() + INTERVAL '1 hour')")
+            conn.execute("FLUSH")
+            with server.connect() as c:
+                c.execute("BEGIN")
+                c.execute("DECLARE cur CURSOR FOR SELECT id FROM pev WHERE ts > now() - INTERVAL '3 seconds' "
+                          "EMIT CHANGES")
+                changes = c.execute("FETCH ALL cur WITH (timeout = '30s')").fetchall()
+                deadline = time.monotonic() + 30
+                while not any(r[0] == "delete" for r in changes) and time.monotonic() < deadline:
+                    changes += c.execute("FETCH 100 cur WITH (timeout = '1s')").fetchall()
+                assert sorted((r[0], r[2]) for r in changes) == [("delete", 2), ("insert", 2), ("insert", 3)]
+                c.execute("CLOSE cur")
+                c.execute("COMMIT")
+        finally:
+            conn.execute("DROP STREAM pev CASCADE")

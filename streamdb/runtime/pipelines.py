@@ -180,9 +180,10 @@ def _state_rows_key(depth: int) -> bytes:
     return f"pipeline-state-rows:{depth}".encode()
 
 
-def _clock_rows_key(depth: int) -> bytes:
-    """Rows the pipeline's temporal filters hold (their timers pending), as of its last batch."""
-    return f"pipeline-clock-rows:{depth}".encode()
+def _clock_timers_key(depth: int) -> bytes:
+    """The pipeline's temporal filters' timers pending as of its last batch, per minute of their
+    time (JSON, Ticks.java): a restart knows when the source must tick."""
+    return f"pipeline-clock-timers:{depth}".encode()
 
 
 def _committed_batch_key(depth: int) -> bytes:
@@ -369,7 +370,7 @@ class PipelineManager:
             generation = self._checkpoint_generation(depth)
             old = self._checkpoint(depth, generation)
             commit = Commit(deletes=[(META, _state_rows_key(depth)), (META, _committed_batch_key(depth)),
-                                     (META, _clock_rows_key(depth))])
+                                     (META, _clock_timers_key(depth))])
             if depth < PUSH_PIPELINES:
                 commit.puts.append((META, _checkpoint_generation_key(depth), str(generation + 1).encode()))
             self.engine.storage.commit(commit)
@@ -384,17 +385,17 @@ class PipelineManager:
         flows = []
         now = dt.datetime.now(dt.UTC)
         with engine.storage.snapshot() as snap:
-            clock_rows = 0
+            clock_timers = "{}"
             if fresh:
                 commit.deletes.extend([(META, rows_key), (META, _committed_batch_key(depth)),
-                                       (META, _clock_rows_key(depth))])
+                                       (META, _clock_timers_key(depth))])
                 state_rows: int | None = 0
             else:
                 raw = snap.get(META, rows_key)
                 state_rows = int(raw) if raw is not None else None
-                raw = snap.get(META, _clock_rows_key(depth))
-                # Unknown (no batch committed its count yet): assume rows are held, so it ticks.
-                clock_rows = int(raw) if raw is not None else 1
+                raw = snap.get(META, _clock_timers_key(depth))
+                # Unknown (no batch committed them yet): some of unknown time, so it ticks.
+                clock_timers = raw.decode() if raw is not None else '{"?": 1}'
                 self._rewind(depth, checkpoint, snap, commit)
             for gone in [k for k in self._failed if catalog.by_id(k) is None]:  # dropped views
                 del self._failed[gone]
@@ -459,7 +460,7 @@ class PipelineManager:
         try:
             t1 = time.monotonic()
             layers = depth if depth < CLOCK_PIPELINES else max(df.depth() for df in views.values())
-            pipeline.start(relations, flows, layers, self._log_spec(), clock_rows)
+            pipeline.start(relations, flows, layers, self._log_spec(), clock_timers)
             log.info("pipeline %s: %d views, started in %.0f ms", name, len(flows),
                      (time.monotonic() - t1) * 1000)
         except StreamDBError as e:
@@ -728,9 +729,9 @@ class PipelineManager:
             state_rows = None if running.state_rows is None else running.state_rows + state_rows_added
             if state_rows is not None:
                 commit.puts.append((META, _state_rows_key(depth), str(state_rows).encode()))
-            clock_rows = running.pipeline.clock_rows(batch_id)
-            if clock_rows is not None:
-                commit.puts.append((META, _clock_rows_key(depth), str(clock_rows).encode()))
+            clock_timers = running.pipeline.clock_timers(batch_id)
+            if clock_timers is not None:
+                commit.puts.append((META, _clock_timers_key(depth), clock_timers.encode()))
             engine.storage.commit(commit)
             running.state_rows = state_rows
             engine.metrics.committed(commit)

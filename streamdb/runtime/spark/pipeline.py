@@ -99,7 +99,7 @@ class CompiledPipeline:
     specs: list[str]
     source_plan: dict[str, Any]
     state_rows: Any  # a LongAccumulator (JVM): entries the layers added to their state stores minus removed
-    clock_rows: Any = None  # one counting the rows temporal filters hold (Ticks.java); None without them
+    clock_counts: Any = None  # the timers its temporal filters set and removed (ClockCounts.java); None without them
 
 
 # ---- rendering expressions --------------------------------------------------------------
@@ -247,11 +247,11 @@ class _Arm:
 class _Compiler:
     def __init__(self, spark: SparkSession, relations: dict[int, RelationDef], views: list[ViewFlow],
                  depth: int, log_spec: LogReaderSpec, tick_ms: int = 1000, tick_key: str = "",
-                 clock_rows_base: int = 0) -> None:
+                 clock_timers: str = "{}") -> None:
         self.spark = spark
         self.tick_ms = tick_ms
         self.tick_key = tick_key
-        self.clock_rows_base = clock_rows_base
+        self.clock_timers = clock_timers
         self.relations = relations
         self.views = views
         self.depth = depth
@@ -401,11 +401,13 @@ class _Compiler:
         # Counted by the operators (CountingKeyState.java), not by Spark's state store, which reads
         # every key before writing it to count (stateStore.rocksdb.trackTotalNumberOfRows, off).
         state_rows = self.spark.sparkContext._jsc.sc().longAccumulator(f"state rows, depth {self.depth}")
-        clock_rows = None
+        clock_counts = None
+        run = time.time_ns() // 1_000_000  # names the timers this run of the pipeline sets (ClockCounts)
         if self.clock:
-            clock_rows = self.spark.sparkContext._jsc.sc().longAccumulator(f"clock rows, depth {self.depth}")
             jvm_: Any = self.spark._jvm  # type: ignore[attr-defined]
-            jvm_.streamdb.spark.Ticks.register(self.tick_key, clock_rows, self.clock_rows_base)
+            clock_counts = jvm_.streamdb.spark.ClockCounts()
+            self.spark.sparkContext._jsc.sc().register(clock_counts)
+            jvm_.streamdb.spark.Ticks.register(self.tick_key, clock_counts, self.clock_timers)
         for b in range(self.depth + 1):
             frame = self._boundary(frame, b)
             if b == self.depth:
@@ -415,11 +417,11 @@ class _Compiler:
                         and "residual" not in self.layer_ops[b + 1][op].spec):
                     raise FeatureNotSupported("internal: a join's comparisons were not compiled")
             spec = json.dumps({"ops": [{"id": o.id, "kind": o.kind, **o.spec}
-                                       for o in self.layer_ops[b + 1].values()]})
+                                       for o in self.layer_ops[b + 1].values()], "run": run})
             specs.append(spec)
             jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
-            frame = DataFrame(jvm.streamdb.spark.Layers.layer(frame._jdf, spec, state_rows, clock_rows), self.spark)
-        return CompiledPipeline(frame, self.sink, specs, plan, state_rows, clock_rows)
+            frame = DataFrame(jvm.streamdb.spark.Layers.layer(frame._jdf, spec, state_rows, clock_counts), self.spark)
+        return CompiledPipeline(frame, self.sink, specs, plan, state_rows, clock_counts)
 
     def _boundary(self, frame: DataFrame, b: int) -> DataFrame:
         """The projection after layer b (0: after the source): decode what comes out, route each
@@ -1547,10 +1549,9 @@ class StreamingPipeline:
         self.batches = 0
         self.last_batch_ms: float | None = None
         self._rows_counted = 0  # the state-rows accumulator's value at the last batch
-        self._clock_base = 0
-        # batch -> rows its temporal filters held after it, read when its job ended (a batch's
-        # commit may run beside the next batch, whose operators count on)
-        self._clock_at: dict[int, int] = {}
+        # batch -> its temporal filters' timers pending after it, read when its job ended (a
+        # batch's commit may run beside the next batch, whose operators count on)
+        self._clock_at: dict[int, str] = {}
         self.last_batch_rows = 0
         self._session: SparkSession | None = None
         self._reads: _SinkReads | None = None  # what the sink takes of every batch
@@ -1561,8 +1562,9 @@ class StreamingPipeline:
         self._commit_error: StreamDBError | None = None
 
     def start(self, relations: dict[int, RelationDef], views: list[ViewFlow], depth: int,
-              log_spec: LogReaderSpec, clock_rows: int = 0) -> None:
-        """`clock_rows`: the rows its temporal filters held at its last committed batch."""
+              log_spec: LogReaderSpec, clock_timers: str = "{}") -> None:
+        """`clock_timers`: its temporal filters' timers pending at its last committed batch, per
+        minute of their time (JSON, Ticks.java)."""
         from pyspark.sql.utils import StreamingQueryException  # noqa: F401 - imported for the watcher
 
         from streamdb.runtime.spark.session import translate_spark_error
@@ -1607,8 +1609,7 @@ class StreamingPipeline:
         jvm_session.setActiveSession(session._jsparkSession)
         try:
             self.compiled = _Compiler(session, relations, views, depth, log_spec, self.clock_tick_ms,
-                                      str(self.checkpoint), clock_rows).build()
-            self._clock_base = clock_rows
+                                      str(self.checkpoint), clock_timers).build()
             self._session = session
             self._sink_class = session._jvm.streamdb.spark.Sink  # type: ignore[union-attr]
             self._reads = _SinkReads.of(self.compiled)
@@ -1673,9 +1674,9 @@ class StreamingPipeline:
     def active(self) -> bool:
         return self._query is not None and bool(self._query.isActive)
 
-    def clock_rows(self, batch_id: int) -> int | None:
-        """Rows its temporal filters held after batch `batch_id` (None without them): kept by the
-        server with the batch, so a restart knows whether the pipeline must tick (Ticks.java)."""
+    def clock_timers(self, batch_id: int) -> str | None:
+        """Its temporal filters' timers pending after batch `batch_id`, per minute (JSON; None
+        without them): kept by the server with the batch, so a restart knows when to tick."""
         return self._clock_at.pop(batch_id, None)
 
     def _offsets(self, batch_id: int) -> dict[str, Any]:
@@ -1736,8 +1737,9 @@ class StreamingPipeline:
             assert self.compiled is not None
             counted = int(self.compiled.state_rows.value())  # complete: the batch's job has ended
             added, self._rows_counted = counted - self._rows_counted, counted
-            if self.compiled.clock_rows is not None:
-                self._clock_at = {batch_id: self._clock_base + int(self.compiled.clock_rows.value())}
+            if self.compiled.clock_counts is not None:
+                jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
+                self._clock_at = {batch_id: str(jvm.streamdb.spark.Ticks.state(str(self.checkpoint)))}
             computed = time.monotonic()
             self.last_batch_rows = table.num_rows
             errors = _errors(table)

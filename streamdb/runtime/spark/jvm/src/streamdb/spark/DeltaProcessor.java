@@ -29,17 +29,17 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
   private final String specJson;
   // Entries added minus removed in the layer's state store (CountingKeyState), summed on the driver.
   private final LongAccumulator stateRows;
-  // Rows the layer's temporal filters hold (Ticks); null in a pipeline without them.
-  private final LongAccumulator clockRows;
+  // The timers the layer's temporal filters set and removed (Ticks); null in a pipeline without them.
+  private final ClockCounts clockCounts;
   private final BlockCache.Settings blockCache;
   private transient Spec spec;
   private transient CountingKeyState state;
 
-  public DeltaProcessor(String specJson, LongAccumulator stateRows, LongAccumulator clockRows,
+  public DeltaProcessor(String specJson, LongAccumulator stateRows, ClockCounts clockCounts,
                         BlockCache.Settings blockCache) {
     this.specJson = specJson;
     this.stateRows = stateRows;
-    this.clockRows = clockRows;
+    this.clockCounts = clockCounts;
     this.blockCache = blockCache;
   }
 
@@ -104,9 +104,6 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
     long added = state.takeDelta();
     if (added != 0) {
       stateRows.add(added);
-      if (op.kind == Spec.Kind.TEMPORAL && clockRows != null) {
-        clockRows.add(added);  // a temporal filter's key holds state exactly while its timer is set
-      }
     }
     for (Rec r : results) {
       out.add(r.toRow());
@@ -120,21 +117,22 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
                                                            ExpiredTimerInfo expiredTimerInfo) {
     Spec.Op op = spec.op(key.getInt(0));
     List<Row> out = new ArrayList<>();
-    if (op != null && op.kind == Spec.Kind.TEMPORAL) {
+    state.begin();
+    if (op == null) {
+      // A dropped view's temporal filter (only they set timers): its row's state goes with the
+      // timer, which is counted as gone, or the driver would think it pending for good.
+      Temporal.dropped(state, expiredTimerInfo.getExpiryTimeInMs(), clock(timerValues));
+    } else if (op.kind == Spec.Kind.TEMPORAL) {
       List<Rec> results = new ArrayList<>();
-      state.begin();
       Temporal.apply(op, key.isNullAt(1) ? "" : key.getString(1), java.util.Collections.emptyIterator(), state,
                      results, clock(timerValues), true);
-      long added = state.takeDelta();
-      if (added != 0) {
-        stateRows.add(added);
-        if (clockRows != null) {
-          clockRows.add(added);
-        }
-      }
       for (Rec r : results) {
         out.add(r.toRow());
       }
+    }
+    long added = state.takeDelta();
+    if (added != 0) {
+      stateRows.add(added);
     }
     return CollectionConverters.asScala(out.iterator());
   }
@@ -142,6 +140,7 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
   private Temporal.Clock clock(TimerValues timerValues) {
     StatefulProcessorHandle h = getHandle();
     long now = timerValues.getCurrentProcessingTimeInMs() * 1000L;
+    long run = spec.run();
     return new Temporal.Clock() {
       @Override
       public long nowMicros() {
@@ -149,13 +148,31 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
       }
 
       @Override
-      public void register(long ms) {
-        h.registerTimer(ms);
+      public long run() {
+        return run;
       }
 
       @Override
-      public void delete(long ms) {
+      public void register(long ms) {
+        h.registerTimer(ms);
+        count(ClockCounts.thisRun(ms, 1));
+      }
+
+      @Override
+      public void delete(long ms, long setBy) {
         h.deleteTimer(ms);
+        fired(ms, setBy);
+      }
+
+      @Override
+      public void fired(long ms, long setBy) {
+        count(setBy == run ? ClockCounts.thisRun(ms, -1) : ClockCounts.earlierRun(ms));
+      }
+
+      private void count(long[] change) {
+        if (clockCounts != null) {
+          clockCounts.add(change);
+        }
       }
     };
   }

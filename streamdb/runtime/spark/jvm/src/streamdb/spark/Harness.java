@@ -22,6 +22,11 @@ public final class Harness {
   // Temporal filters: the batch's processing time and each key's timers, as Spark keeps them.
   private long nowMs;
   private final Map<String, java.util.TreeSet<Long>> timers = new HashMap<>();
+  // The driver's count of them (ClockCounts) for this run of the "pipeline", and the timers
+  // pending when it started; checked after every batch against `timers`.
+  private long run = 1;
+  private java.util.TreeMap<Long, Long> base = new java.util.TreeMap<>();
+  private ClockCounts counts = new ClockCounts();
   private static final ObjectMapper JSON = new ObjectMapper();
 
   public Harness(String specJson) {
@@ -48,6 +53,11 @@ public final class Harness {
 
   /** One batch: records as a JSON list of [op, side, k, row, row2, a, w]; returns the output likewise. */
   public String batch(String recordsJson) throws Exception {
+    // The log source must tick when a timer is due (LogStream.tickOf): the count must say so.
+    boolean anyDue = timers.values().stream().anyMatch(set -> !set.headSet(nowMs, true).isEmpty());
+    if (anyDue && !counts.due(base, nowMs)) {
+      throw new IllegalStateException("a timer is due at " + nowMs + " but the counts say none is");
+    }
     List<Row> rows = new ArrayList<>();
     for (JsonNode n : JSON.readTree(recordsJson)) {
       String[] a = null;
@@ -88,6 +98,10 @@ public final class Harness {
       applyTo(op, d[0], d[0].substring(split + 1), java.util.Collections.emptyIterator(), true, results);
     }
     timers.values().removeIf(java.util.TreeSet::isEmpty);
+    long held = timers.values().stream().mapToLong(java.util.TreeSet::size).sum();
+    if (counts.pending(base) != held) {
+      throw new IllegalStateException("timers counted " + counts.pending(base) + ", pending " + held);
+    }
     ArrayNode out = JSON.createArrayNode();
     for (Rec r : results) {
       ArrayNode row = out.addArray();
@@ -119,16 +133,28 @@ public final class Harness {
         }
 
         @Override
-        public void register(long ms) {
-          timers.computeIfAbsent(stateKey, x -> new java.util.TreeSet<>()).add(ms);
+        public long run() {
+          return run;
         }
 
         @Override
-        public void delete(long ms) {
+        public void register(long ms) {
+          timers.computeIfAbsent(stateKey, x -> new java.util.TreeSet<>()).add(ms);
+          counts.add(ClockCounts.thisRun(ms, 1));
+        }
+
+        @Override
+        public void delete(long ms, long setBy) {
           java.util.TreeSet<Long> set = timers.get(stateKey);
           if (set == null || !set.remove(ms)) {
             throw new IllegalStateException("deleted a timer that is not set: " + ms);
           }
+          fired(ms, setBy);
+        }
+
+        @Override
+        public void fired(long ms, long setBy) {
+          counts.add(setBy == run ? ClockCounts.thisRun(ms, -1) : ClockCounts.earlierRun(ms));
         }
       }, timerFired);
     } else {
@@ -165,6 +191,12 @@ public final class Harness {
       }
       if (line.startsWith("@")) {  // the next batches' processing time, in ms
         h.nowMs = Long.parseLong(line.substring(1).trim());
+        continue;
+      }
+      if (line.equals("!")) {  // the pipeline restarts: its timers are an earlier run's now
+        h.base = h.counts.minutes(h.base);  // what the server keeps with each batch
+        h.run++;
+        h.counts = new ClockCounts();
         continue;
       }
       String result;

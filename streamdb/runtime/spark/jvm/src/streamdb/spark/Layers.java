@@ -62,12 +62,11 @@ public final class Layers {
   }
 
   /**
-   * `clockRows` (non-null for a pipeline with temporal filters): the layer's operators see the
-   * micro-batch's processing time and may set timers on it, and the rows the temporal filters
-   * hold are counted there (Ticks).
+   * `clock` (non-null for a pipeline with temporal filters): the layer's operators see the
+   * micro-batch's processing time and may set timers on it, counted there (Ticks).
    */
   public static Dataset<Row> layer(Dataset<Row> records, String spec, LongAccumulator stateRows,
-                                   LongAccumulator clockRows) {
+                                   ClockCounts clock) {
     Spec.parse(spec);  // a bad spec fails here, on the driver, not in a task
     Dataset<Row> input = records.select("op", "side", "k", "row", "row2", "a", "w")
         .mapPartitions((MapPartitionsFunction<Row, Row>) rows -> new Combiner(rows, Spec.parse(spec)),
@@ -77,8 +76,8 @@ public final class Layers {
     return input
         .groupBy(input.col("op"), functions.coalesce(input.col("k"), functions.lit("")).as("k"))
         .as(Encoders.row(KEY), Encoders.row(RECORD))
-        .transformWithState(new DeltaProcessor(spec, stateRows, clockRows, blockCache(records)),
-                            clockRows != null ? TimeMode.ProcessingTime() : TimeMode.None(),
+        .transformWithState(new DeltaProcessor(spec, stateRows, clock, blockCache(records)),
+                            clock != null ? TimeMode.ProcessingTime() : TimeMode.None(),
                             OutputMode.Append(), Encoders.row(RECORD));
   }
 

@@ -286,14 +286,14 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
   }
 
   /**
-   * The tick of the next batch: the clock's while the temporal filters hold rows (their timers
-   * fall due as time passes), else the last batch's, so an idle pipeline with empty windows runs
-   * no batch. Once a minute it ticks regardless: a count gone wrong (a task's accumulator
-   * counted twice) delays rows leaving by a minute at most, never for good.
+   * The tick of the next batch: the clock's while a temporal filter's timer may be due, else the
+   * last batch's, so an idle pipeline runs no batch until a row's time comes. Once a minute it
+   * ticks regardless: a count gone wrong (a task's accumulator counted twice) delays rows by a
+   * minute at most, never for good.
    */
   private long tickOf(ObjectNode start, long tickMs) {
     long now = System.currentTimeMillis();
-    if (Ticks.pending(plan.path("tick_key").asText("")) > 0) {
+    if (Ticks.due(plan.path("tick_key").asText(""), now)) {
       return now / tickMs;
     }
     long slow = Math.max(tickMs, IDLE_TICK_MS);

@@ -106,9 +106,15 @@ public final class Spec implements Serializable {
   static final int TOP_RESERVE = 32;
 
   private final Map<Integer, Op> ops;
+  private final long run;  // this start of the pipeline (ms): temporal filters' timers name it
 
-  private Spec(Map<Integer, Op> ops) {
+  private Spec(Map<Integer, Op> ops, long run) {
     this.ops = ops;
+    this.run = run;
+  }
+
+  public long run() {
+    return run;
   }
 
   public Op op(int id) {
@@ -156,7 +162,7 @@ public final class Spec implements Serializable {
           }
         }
       }
-      return new Spec(ops);
+      return new Spec(ops, root.path("run").asLong(0));
     } catch (Exception e) {
       throw new IllegalArgumentException("bad operator spec: " + e.getMessage(), e);
     }

@@ -18,16 +18,24 @@ final class Temporal {
   interface Clock {
     long nowMicros();
 
+    /** This run of the pipeline (its start, Spec): timers set by another were set before it. */
+    long run();
+
     void register(long ms);
 
-    void delete(long ms);
+    /** Deletes a timer set by run `setBy`. */
+    void delete(long ms, long setBy);
+
+    /** A timer set by run `setBy` fired (Spark deletes it). */
+    void fired(long ms, long setBy);
   }
 
   static final long NONE = Long.MIN_VALUE;
 
   /**
    * Applies the key's changes (none when a timer fired) at the clock's now. A key holds state only
-   * while its row's showing can still change: "count,shown,start,end,timer" (timer in ms). A row
+   * while its row's showing can still change: "count,shown,start,end,timer,run" (the timer in ms,
+   * and the run of the pipeline that set it: ClockCounts). A row
    * past its end never shows again, and one past its start with no end shows for good; neither
    * keeps state, and their later changes are dropped or passed on as they come. `timerFired`: the
    * stored timer is the one that fired, which Spark deletes itself.
@@ -40,6 +48,7 @@ final class Temporal {
     long start = Long.MIN_VALUE;
     long end = Long.MAX_VALUE;
     long timer = NONE;
+    long setBy = NONE;
     boolean known = stored != null;
     if (known) {
       String[] f = stored.split(",", -1);
@@ -48,8 +57,10 @@ final class Temporal {
       start = Long.parseLong(f[2]);
       end = Long.parseLong(f[3]);
       timer = Long.parseLong(f[4]);
+      setBy = f.length > 5 ? Long.parseLong(f[5]) : NONE;
     }
-    if (timerFired) {
+    if (timerFired && timer != NONE) {
+      clock.fired(timer, setBy);
       timer = NONE;
     }
     long before = shown ? count : 0;
@@ -90,7 +101,7 @@ final class Temporal {
     if (count == 0 || next == NONE) {
       // Nothing held, or its showing will not change again (past its end, or shown for good).
       if (timer != NONE) {
-        clock.delete(timer);
+        clock.delete(timer, setBy);
       }
       st.clear();
       return;
@@ -98,11 +109,20 @@ final class Temporal {
     long nextMs = ceilMillis(next);
     if (nextMs != timer) {
       if (timer != NONE) {
-        clock.delete(timer);
+        clock.delete(timer, setBy);
       }
       clock.register(nextMs);
+      setBy = clock.run();
     }
-    st.setValue(count + "," + (show ? "1" : "0") + "," + start + "," + end + "," + nextMs);
+    st.setValue(count + "," + (show ? "1" : "0") + "," + start + "," + end + "," + nextMs + "," + setBy);
+  }
+
+  /** A timer of an operator no longer in the spec (its view dropped) fired: the key's state goes. */
+  static void dropped(KeyState st, long ms, Clock clock) {
+    String stored = st.value();
+    String[] f = stored == null ? new String[0] : stored.split(",", -1);
+    clock.fired(ms, f.length > 5 ? Long.parseLong(f[5]) : NONE);
+    st.clear();
   }
 
   /** [start, end) of a record's row in microseconds, or null if a bound is NULL. */

@@ -1,39 +1,74 @@
 package streamdb.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.util.Iterator;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
-import org.apache.spark.util.LongAccumulator;
 
 /**
- * How many rows the temporal filters of a pipeline hold (each has one timer pending), on the
- * driver: the pipeline's count when it started (kept by the server with each batch) plus what its
- * operators added since (an accumulator, complete once a batch's job has ended). The log source
- * ticks only while some are held: a pipeline whose windows are empty runs no batch until input
- * comes (LogStream.latestOffset).
+ * The timers a pipeline's temporal filters have pending, on the driver: those pending when it
+ * started, per minute of their time (kept by the server with each batch, `state`), and what its
+ * operators set and removed since (ClockCounts, complete once a batch's job has ended). The log
+ * source ticks only while a timer may be due (LogStream.tickOf): an idle pipeline whose rows
+ * leave in an hour runs no batch until then.
  */
 public final class Ticks {
   private Ticks() {}
 
-  private static final class Count {
-    final LongAccumulator added;
-    final long base;
+  private static final ObjectMapper JSON = new ObjectMapper();
 
-    Count(LongAccumulator added, long base) {
-      this.added = added;
+  private static final class Run {
+    final ClockCounts counts;
+    final TreeMap<Long, Long> base;
+
+    Run(ClockCounts counts, TreeMap<Long, Long> base) {
+      this.counts = counts;
       this.base = base;
     }
   }
 
-  private static final Map<String, Count> COUNTS = new ConcurrentHashMap<>();
+  private static final Map<String, Run> RUNS = new ConcurrentHashMap<>();
 
-  /** The pipeline `key` (its checkpoint) starts with `base` rows held; `added` counts the rest. */
-  public static void register(String key, LongAccumulator added, long base) {
-    COUNTS.put(key, new Count(added, base));
+  /**
+   * The pipeline `key` (its checkpoint) starts with the timers of `baseJson` pending ({minute:
+   * count}, as `state` wrote it; a count under "?" is of unknown time: always due).
+   */
+  public static void register(String key, ClockCounts counts, String baseJson) {
+    TreeMap<Long, Long> base = new TreeMap<>();
+    try {
+      JsonNode n = JSON.readTree(baseJson);
+      for (Iterator<Map.Entry<String, JsonNode>> it = n.fields(); it.hasNext(); ) {
+        Map.Entry<String, JsonNode> e = it.next();
+        base.put("?".equals(e.getKey()) ? Long.MIN_VALUE : Long.parseLong(e.getKey()), e.getValue().asLong());
+      }
+    } catch (Exception e) {
+      base.put(Long.MIN_VALUE, 1L);  // unreadable: assume a timer due now and then
+    }
+    RUNS.put(key, new Run(counts, base));
   }
 
-  /** Rows held (timers pending); 1 for a pipeline not registered: it ticks. */
-  public static long pending(String key) {
-    Count c = COUNTS.get(key);
-    return c == null ? 1 : c.base + c.added.value();
+  /** The pending timers per minute as JSON, for the server to keep with the batch. */
+  public static String state(String key) {
+    Run r = RUNS.get(key);
+    if (r == null) {
+      return "{\"?\":1}";
+    }
+    StringBuilder out = new StringBuilder("{");
+    for (Map.Entry<Long, Long> e : r.counts.minutes(r.base).entrySet()) {
+      if (out.length() > 1) {
+        out.append(',');
+      }
+      out.append('"').append(e.getKey() == Long.MIN_VALUE ? "?" : Long.toString(e.getKey())).append("\":")
+          .append(e.getValue());
+    }
+    return out.append('}').toString();
+  }
+
+  /** Whether a timer may be due at `nowMs`; true for a pipeline not registered. */
+  public static boolean due(String key, long nowMs) {
+    Run r = RUNS.get(key);
+    return r == null || r.counts.due(r.base, nowMs);
   }
 }
