@@ -304,8 +304,8 @@ class _Compiler:
                 "hold": {str(rid): list(offsets) for v in self.views if v.hold
                          for rid, offsets in v.hold.items() if rid in self.relations},
                 "max_rows": log_source.MAX_ROWS,
-                # temporal filters: a batch every tick, new input or not, while they hold rows
-                # (LogStream.latestOffset, Ticks.java)
+                # temporal filters: a batch at a tick, new input or not, when a timer may be due
+                # (LogStream.tickOf, Ticks.java)
                 "tick_ms": self.tick_ms if self.clock else 0, "tick_key": self.tick_key}
 
     # -- which operator instances there are --
@@ -604,7 +604,7 @@ class _Compiler:
                         # the view's errors instead.
                         names[col] = decode.column(carrier, "TRY_" + template.format(raw))
                         self._decode_failures[names[col]] = (f"({raw} IS NOT NULL AND {names[col]} IS NULL)", failure)
-        else:  # a TopN's or a Session's rows, or a Scan's carried up by PASS ops
+        else:  # a TopN's, a Session's or a Temporal's rows, or a Scan's carried up by PASS ops
             key = (frontier, 0) if isinstance(frontier, (D.TopN, D.Session, D.Temporal)) else frontier
             schema = self.schemas[key]
             if isinstance(frontier, D.Session):  # each row with its session's bounds appended
