@@ -49,19 +49,25 @@ public final class Ticks {
     RUNS.put(key, new Run(counts, base));
   }
 
-  /** The pending timers per minute as JSON, for the server to keep with the batch. */
+  /**
+   * The pending timers per minute as JSON, for the server to keep with the batch. Timers of
+   * unknown time (a restart that found no count kept) are left out: this run ticks every second
+   * for them, the next one only once a minute until they fire.
+   */
   public static String state(String key) {
     Run r = RUNS.get(key);
-    if (r == null) {
-      return "{\"?\":1}";
-    }
     StringBuilder out = new StringBuilder("{");
+    if (r == null) {
+      return out.append('}').toString();
+    }
     for (Map.Entry<Long, Long> e : r.counts.minutes(r.base).entrySet()) {
+      if (e.getKey() == Long.MIN_VALUE) {
+        continue;
+      }
       if (out.length() > 1) {
         out.append(',');
       }
-      out.append('"').append(e.getKey() == Long.MIN_VALUE ? "?" : Long.toString(e.getKey())).append("\":")
-          .append(e.getValue());
+      out.append('"').append(e.getKey()).append("\":").append(e.getValue());
     }
     return out.append('}').toString();
   }
