@@ -115,9 +115,9 @@ final class LogStream implements MicroBatchStream, SupportsAdmissionControl {
     long maxRows = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE;
     LogStore store = LogStore.openRecent(plan.get("log").get("path").asText(), SHARED_CATCH_UP_NANOS);
     long[] endsNow = endOffsets(store);
-    // A pipeline with temporal filters (plan "tick_ms"): the offset moves on every tick, input or
-    // not, so a batch runs and its operators' timers fire (rows leave as time passes); between
-    // ticks, batches run only for new input, at the usual trigger.
+    // A pipeline with temporal filters (plan "tick_ms"): the offset moves at a tick when one of
+    // their timers may be due (tickOf), input or not, so a batch runs and the timers fire (rows
+    // leave as time passes); otherwise batches run only for new input, at the usual trigger.
     long tickMs = plan.path("tick_ms").asLong(0);
     long tick = tickMs > 0 ? tickOf(start, tickMs) : 0;
     if (lastLatest != null && lastLimit == maxRows && Arrays.equals(lastEnds, endsNow) && lastTick == tick
