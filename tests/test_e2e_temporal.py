@@ -123,7 +123,9 @@ def test_temporal_views_survive_kill_9_and_let_rows_go_after_it(fresh_server):
     with fresh_server.connect() as conn:
         conn.execute("INSERT INTO sev VALUES (1, now())")
         conn.execute("DELETE FROM tev WHERE id = 2")
+        # each pipeline (t_recent's one layer, t_recent_count's two) lets it go at its own tick
         _wait_for(conn, "SELECT count(*) FROM t_recent WHERE id = 100", [(0,)], seconds=60)
+        _wait_for(conn, "SELECT count(*) FROM t_recent_count WHERE k = 9", [(0,)], seconds=60)
         _equal_to_batch(conn)
         rows = conn.execute("SELECT id FROM t_recent ORDER BY id").fetchall()
         assert rows == [(i,) for i in range(1, 10) if i != 2]

@@ -297,6 +297,10 @@ class Dataflow:
     def depth(self) -> int:
         return level(self.root)
 
+    def has_clock(self) -> bool:
+        """Whether it has a temporal filter: its pipeline's batches run on the clock too."""
+        return any(isinstance(n, Temporal) for n in self.nodes())
+
     def explain(self) -> list[str]:
         lines: list[str] = []
         shown: set[int] = set()
@@ -483,8 +487,6 @@ class Lowering:
                 return _col(name, node)
             if isinstance(node, exp.Window):
                 raise Unsupported("window functions below the top of the view")
-            if is_clock(node):
-                raise Unsupported(CLOCK_REASON)
             return node
 
         return e.copy().transform(fix)
@@ -1375,7 +1377,7 @@ _CLOCK_UNITS = {**_FIXED_UNITS, "DAY": 86_400_000_000, "WEEK": 7 * 86_400_000_00
 _TIMESTAMP_TYPES = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ)
 
 
-def is_clock(e: Any) -> bool:
+def _is_clock(e: Any) -> bool:
     """now() and its synonyms (CURRENT_DATE and LOCALTIME are not the instant: never temporal)."""
     if isinstance(e, exp.CurrentTimestamp):
         return True
@@ -1384,20 +1386,20 @@ def is_clock(e: Any) -> bool:
 
 def reads_clock(e: exp.Expression, *, in_subqueries: bool = True) -> bool:
     nodes = e.walk() if in_subqueries else _outside_subqueries(e)
-    return any(is_clock(n) or isinstance(n, (exp.CurrentDate, exp.CurrentTime)) for n in nodes)
+    return any(_is_clock(n) or isinstance(n, (exp.CurrentDate, exp.CurrentTime)) for n in nodes)
 
 
 def _clock_offset(expr: exp.Expression) -> int | None:
     """`now()`, `now() + INTERVAL ...` or `now() - INTERVAL ...` (a fixed length): the offset
     from now() in microseconds; else None."""
     e: Any = expr.unnest()
-    if is_clock(e):
+    if _is_clock(e):
         return 0
     if isinstance(e, (exp.Add, exp.Sub)):
         a, b = e.this.unnest(), e.expression.unnest()
-        if isinstance(e, exp.Add) and is_clock(b):
+        if isinstance(e, exp.Add) and _is_clock(b):
             a, b = b, a
-        if not is_clock(a) or not isinstance(b, exp.Interval) or not isinstance(b.this, exp.Literal):
+        if not _is_clock(a) or not isinstance(b, exp.Interval) or not isinstance(b.this, exp.Literal):
             return None
         unit = b.args.get("unit")
         name = (unit.name if unit is not None else "").upper().rstrip("S")
@@ -1650,7 +1652,7 @@ def view_strategy(resolved_sql: str, inputs: tuple[RelationInput, ...], catalog:
         if any(_node_reads_clock(n) for n in dataflow.nodes()):
             return ViewStrategy(None, CLOCK_REASON)
         if eowc is not None:
-            if any(isinstance(n, Temporal) for n in dataflow.nodes()):
+            if dataflow.has_clock():
                 raise Unsupported("EMIT ON WINDOW CLOSE over a temporal filter")
             dataflow = with_watermark(dataflow, catalog, eowc)
         return ViewStrategy(dataflow)

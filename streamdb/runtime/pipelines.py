@@ -205,7 +205,7 @@ def _checkpoint_generation_key(depth: int) -> bytes:
 # share their depth's pipeline.
 PUSH_PIPELINES = 1 << 30
 # Views with a temporal filter run apart, keyed from here on by depth: their layers are in
-# Spark's processing-time mode and their batches run on the clock (pipeline.uses_clock), which
+# Spark's processing-time mode and their batches run on the clock (Dataflow.has_clock), which
 # the other views' pipelines need not pay for; a stateful operator's time mode is fixed in its
 # checkpoint, so no pipeline ever switches.
 CLOCK_PIPELINES = 1 << 29
@@ -216,9 +216,6 @@ def pipeline_name(key: int) -> str:
         return f"push-{key - PUSH_PIPELINES}"
     return f"clock-depth-{key - CLOCK_PIPELINES}" if key >= CLOCK_PIPELINES else f"depth-{key}"
 
-
-def _with_clock(dataflow: D.Dataflow) -> bool:
-    return any(isinstance(n, D.Temporal) for n in dataflow.nodes())
 
 
 def _micros(value: Any) -> int | None:
@@ -277,7 +274,7 @@ class PipelineManager:
         return strategy
 
     def _pipeline_key(self, view: RelationDef, dataflow: D.Dataflow) -> int:
-        shared = dataflow.depth() + (CLOCK_PIPELINES if _with_clock(dataflow) else 0)
+        shared = dataflow.depth() + (CLOCK_PIPELINES if dataflow.has_clock() else 0)
         if not view.transient:
             return shared
         key = self._push_keys.get(view.id)

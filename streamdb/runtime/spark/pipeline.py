@@ -1332,7 +1332,7 @@ def _node_kind(n: Any) -> str:
 
 def uses_clock(views: Sequence[ViewFlow]) -> bool:
     """Whether a pipeline of these views has a temporal filter (its batches run on the clock)."""
-    return any(isinstance(n, D.Temporal) for v in views for n in v.dataflow.nodes())
+    return any(v.dataflow.has_clock() for v in views)
 
 
 def _residual_operand(o: exp.Expression, code: str, fields: dict[str, tuple[int, str]]) -> dict[str, Any]:

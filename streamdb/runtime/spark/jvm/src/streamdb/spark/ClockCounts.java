@@ -23,9 +23,9 @@ public final class ClockCounts extends AccumulatorV2<long[], ClockCounts> {
     return new long[] {0, Math.floorDiv(ms, SECOND), delta};
   }
 
-  /** A timer at `ms` set by an earlier run, removed. */
-  static long[] earlierRun(long ms) {
-    return new long[] {1, Math.floorDiv(ms, MINUTE), 1};
+  /** A timer at `ms` set by run `setBy`, removed (deleted, or fired) in run `run`. */
+  static long[] removed(long ms, long setBy, long run) {
+    return setBy == run ? thisRun(ms, -1) : new long[] {1, Math.floorDiv(ms, MINUTE), 1};
   }
 
   private static void add(TreeMap<Long, Long> m, long key, long delta) {

@@ -166,7 +166,7 @@ public final class DeltaProcessor extends StatefulProcessor<Row, Row, Row> {
 
       @Override
       public void fired(long ms, long setBy) {
-        count(setBy == run ? ClockCounts.thisRun(ms, -1) : ClockCounts.earlierRun(ms));
+        count(ClockCounts.removed(ms, setBy, run));
       }
 
       private void count(long[] change) {

@@ -154,7 +154,7 @@ public final class Harness {
 
         @Override
         public void fired(long ms, long setBy) {
-          counts.add(setBy == run ? ClockCounts.thisRun(ms, -1) : ClockCounts.earlierRun(ms));
+          counts.add(ClockCounts.removed(ms, setBy, run));
         }
       }, timerFired);
     } else {

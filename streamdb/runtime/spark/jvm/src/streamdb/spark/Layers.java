@@ -56,14 +56,8 @@ public final class Layers {
   /**
    * The layer's output changes: `records` (in RECORD's columns) through the operators of `spec`;
    * `stateRows` sums the entries the layer adds to its state store minus those it removes.
-   */
-  public static Dataset<Row> layer(Dataset<Row> records, String spec, LongAccumulator stateRows) {
-    return layer(records, spec, stateRows, null);
-  }
-
-  /**
-   * `clock` (non-null for a pipeline with temporal filters): the layer's operators see the
-   * micro-batch's processing time and may set timers on it, counted there (Ticks).
+   * `clock` (non-null for a pipeline with temporal filters): the operators see the micro-batch's
+   * processing time and may set timers on it, counted there (Ticks).
    */
   public static Dataset<Row> layer(Dataset<Row> records, String spec, LongAccumulator stateRows,
                                    ClockCounts clock) {

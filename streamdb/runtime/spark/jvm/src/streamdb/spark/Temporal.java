@@ -57,7 +57,7 @@ final class Temporal {
       start = Long.parseLong(f[2]);
       end = Long.parseLong(f[3]);
       timer = Long.parseLong(f[4]);
-      setBy = f.length > 5 ? Long.parseLong(f[5]) : NONE;
+      setBy = setBy(f);
     }
     if (timerFired && timer != NONE) {
       clock.fired(timer, setBy);
@@ -120,9 +120,13 @@ final class Temporal {
   /** A timer of an operator no longer in the spec (its view dropped) fired: the key's state goes. */
   static void dropped(KeyState st, long ms, Clock clock) {
     String stored = st.value();
-    String[] f = stored == null ? new String[0] : stored.split(",", -1);
-    clock.fired(ms, f.length > 5 ? Long.parseLong(f[5]) : NONE);
+    clock.fired(ms, stored == null ? NONE : setBy(stored.split(",", -1)));
     st.clear();
+  }
+
+  /** The run that set the stored timer (NONE: unknown, an earlier one's). */
+  private static long setBy(String[] stored) {
+    return stored.length > 5 ? Long.parseLong(stored[5]) : NONE;
   }
 
   /** [start, end) of a record's row in microseconds, or null if a bound is NULL. */
