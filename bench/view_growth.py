@@ -22,6 +22,13 @@ Three materialized views (issue 13), on one StreamDB server (real Spark, local[2
   recent    a temporal filter: the last hour's hits per key (a view reading now() was recomputed
             over its whole input every epoch before 2026-12-02):
             SELECT k, count(*) AS n, max(v) AS hi FROM hits WHERE ts > now() - INTERVAL '1 hour' GROUP BY k
+  rollup    ROLLUP over the table with deletes: a row per group and the grand total (a view with
+            GROUPING SETS, ROLLUP or CUBE was recomputed over its whole input every epoch before
+            2026-12-02):
+            SELECT grp, count(*) AS n, sum(v) AS total, max(v) AS hi FROM tt GROUP BY ROLLUP (grp)
+  unnest    a set-returning function over the table with deletes, two rows per table row (such a
+            view was recomputed over its whole input every epoch before 2026-12-02):
+            SELECT id, unnest(ARRAY[grp, v]) AS e FROM tt
 
 The stream `ev` and the table `tt` grow to each size in --sizes (cumulative, by COPY; 1% of the
 table's rows are deleted at each step; the table stops at --table-cap rows, 1M by default, because
@@ -29,7 +36,9 @@ each DELETE on a StreamDB table costs O(table) today, issue 14); `dim` holds 1,0
 FLUSH, --probes single changes are made one at a time and timed from acknowledgement until the
 view shows them (polled every 20 ms): a new event for join_agg, a new top value for topn, for
 minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case), for
-top_table the DELETE of the table's current top row (the view takes the next one in), for
+top_table the DELETE of the table's current top row (the view takes the next one in; for
+rollup the same DELETE, the grand total's max then the next value; for unnest the same
+DELETE, the view then without the row's two values), for
 semi_join a new top value for a key the subquery holds, for recent a hit of now with a new top
 value (the stream `hits` gets as many rows as `ev`, their times spread over the two hours before
 the load, so rows leave the view all along), and
@@ -94,6 +103,8 @@ VIEWS = {
     "session": "SELECT u, window_start, window_end, count(*) AS n "
                "FROM SESSION(clicks, ts, INTERVAL '60' SECOND, u) GROUP BY u, window_start, window_end",
     "recent": "SELECT k, count(*) AS n, max(v) AS hi FROM hits WHERE ts > now() - INTERVAL '1 hour' GROUP BY k",
+    "rollup": "SELECT grp, count(*) AS n, sum(v) AS total, max(v) AS hi FROM tt GROUP BY ROLLUP (grp)",
+    "unnest": "SELECT id, unnest(ARRAY[grp, v]) AS e FROM tt",
 }
 # PostgreSQL has no SESSION(): the same query as the window functions the planner expands it to.
 PG_VIEWS = {**VIEWS, "session": (
@@ -201,7 +212,7 @@ def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_ca
         for c in systems:
             copy_rows(c, "ev", "k, v", rows)
         remaining -= n
-    if not {"minmax", "top_table"} & set(views):
+    if not {"minmax", "top_table", "rollup", "unnest"} & set(views):
         return
     size = min(size, table_cap)
     if size <= data.table_rows:
@@ -264,6 +275,21 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             change = ("INSERT INTO ev (k, v) VALUES (%s, %s)", (k, data.top))
             check_sql, check = (f"SELECT v FROM {view} WHERE k = {k}",
                                 lambda rows, t=data.top: any(r[0] == t for r in rows))
+        elif view == "rollup":
+            mirror = pg if pg is not None else sdb
+            victim, top = mirror.execute("SELECT id, v FROM tt ORDER BY v DESC, id LIMIT 1").fetchone()
+            data.deleted.add(victim)
+            change = ("DELETE FROM tt WHERE id = %s", (victim,))
+            after = mirror.execute("SELECT max(v) FROM tt WHERE id <> %s", (victim,)).fetchone()[0]
+            n = mirror.execute("SELECT count(*) FROM tt").fetchone()[0] - 1
+            check_sql, check = (f"SELECT n, hi FROM {view} WHERE grp IS NULL",
+                                lambda rows, t=(n, after): rows == [t])
+        elif view == "unnest":
+            mirror = pg if pg is not None else sdb
+            victim = mirror.execute("SELECT id FROM tt ORDER BY v DESC, id LIMIT 1").fetchone()[0]
+            data.deleted.add(victim)
+            change = ("DELETE FROM tt WHERE id = %s", (victim,))
+            check_sql, check = (f"SELECT count(*) FROM {view} WHERE id = {victim}", lambda rows: rows == [(0,)])
         elif view == "top_table":
             mirror = pg if pg is not None else sdb
             victim = mirror.execute("SELECT id FROM tt ORDER BY v DESC, id LIMIT 1").fetchone()[0]

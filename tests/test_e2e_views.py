@@ -1644,32 +1644,47 @@ def test_natural_and_using_joins_match_postgresql_ad_hoc_on_both_engines_and_in_
 
 
 def test_grouping_sets_and_set_returning_views_match_postgresql(server, conn, postgres_server, unique):
-    """GROUPING SETS / ROLLUP views are recomputed per the keys every set shares, with Postgres's
-    grouping(a, b) bit mask (Spark's grouping_id); a set-returning function in the select list
-    makes a view recomputed, not a Spark error. Checked against PostgreSQL 15 after changes."""
+    """GROUPING SETS, ROLLUP and CUBE views are maintained incrementally, one aggregate per grouping
+    set (keys outside a set NULL, Postgres's grouping(a, b) bit mask a constant per set), from an
+    empty table on (the empty set's row over no input) through updates and deletes; a set-returning
+    function in the select list makes a view recomputed, not a Spark error. Checked against
+    PostgreSQL 15 after every change, ad hoc and in the views."""
     t = f"gs_{unique}"
-    ddl = f"CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b INT, v INT)"
-    queries = {
+    ddl = f"CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b INT, v INT, s TEXT)"
+    grouped = {
         f"gs_sets_{unique}": f"SELECT a, b, grouping(a, b) AS gr, grouping(b) AS gb, sum(v) AS s FROM {t} "
                              f"GROUP BY GROUPING SETS ((a, b), (a), ())",
         f"gs_rollup_{unique}": f"SELECT a, b, sum(v) AS s, count(*) AS n FROM {t} GROUP BY a, ROLLUP (b)",
+        f"gs_cube_{unique}": f"SELECT a, s, grouping(s, a) AS g, count(*) AS n, min(v) AS lo, max(s) AS hi "
+                             f"FROM {t} GROUP BY CUBE (a, s) HAVING count(*) > 1 OR grouping(a) = 1",
+        f"gs_expr_{unique}": f"SELECT a % 2 AS parity, b + 1 AS b1, avg(v) AS m, count(DISTINCT s) AS ds "
+                             f"FROM {t} GROUP BY GROUPING SETS ((a % 2), (a % 2, b), (), ())",
+        f"gs_distinct_{unique}": f"SELECT DISTINCT count(*) AS n FROM {t} GROUP BY GROUPING SETS (a, rollup(b))",
+    }
+    queries = {
+        **grouped,
         f"gs_unnest_{unique}": f"SELECT id, unnest(ARRAY[a, b]) AS e FROM {t}",
         f"gs_series_{unique}": f"SELECT id, generate_series(1, v) AS i FROM {t}",
     }
-    changes = [f"INSERT INTO {t} VALUES (1, 1, 1, 1), (2, 1, 2, 2), (3, 2, 1, 3)",
+    changes = ["", f"INSERT INTO {t} VALUES (1, 1, 1, 1, 'x'), (2, 1, 2, 2, 'y'), (3, 2, 1, 3, 'x')",
                f"UPDATE {t} SET a = 2, v = 4 WHERE id = 1",
+               f"INSERT INTO {t} VALUES (5, 3, 1, 7, NULL), (6, 3, 1, 8, 'z'), (7, 2, 2, 1, 'y')",
                f"DELETE FROM {t} WHERE id = 3",
-               f"INSERT INTO {t} VALUES (4, NULL, 5, 1)"]
+               f"INSERT INTO {t} VALUES (4, NULL, 5, 1, 'x')",
+               f"UPDATE {t} SET s = 'w', b = NULL WHERE id >= 5",
+               f"DELETE FROM {t} WHERE a = 2"]
     conn.execute(ddl)
     create_views(server, queries)
     status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
     assert all(status[v].startswith("running") for v in queries), status
+    assert all(status[v] == "running (incremental)" for v in grouped), status
     with psycopg.connect(postgres_server, autocommit=True) as pg:
         pg.execute(ddl)
         try:
             for change in changes:
-                conn.execute(change)
-                pg.execute(change)
+                if change:
+                    conn.execute(change)
+                    pg.execute(change)
                 conn.execute("FLUSH")
                 for view, query in queries.items():
                     expected = sorted(pg.execute(query).fetchall(), key=repr)

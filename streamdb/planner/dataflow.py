@@ -352,6 +352,17 @@ def _col(name: str, like: exp.Expression | None = None) -> exp.Column:
     return c
 
 
+def _typed_null(like: exp.Expression) -> exp.Expression:
+    """NULL of `like`'s type (a group key outside a grouping set), so every branch of the union
+    has the same column types."""
+    t = like.type
+    if t is None or t.this in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
+        return exp.Null()
+    cast = exp.Cast(this=exp.Null(), to=t.copy())
+    cast.type = t.copy()
+    return cast
+
+
 def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
     if e is None:
         return []
@@ -408,6 +419,53 @@ def _is_aggregate(node: exp.Expression) -> bool:
     if isinstance(node, exp.Filter):
         return _bare_aggregate(node.this)
     return _bare_aggregate(node) and not isinstance(node.parent, exp.Filter)
+
+
+MAX_GROUPING_SETS = 64  # a CUBE of more columns is recomputed (one Reduce per set)
+
+
+def _set_members(item: exp.Expression) -> list[exp.Expression]:
+    """The expressions of one element of ROLLUP, CUBE or GROUPING SETS: `(a, b)`, `(a)`, `a`, `()`."""
+    if isinstance(item, exp.Tuple):
+        return list(item.expressions)
+    return [item.this if isinstance(item, exp.Paren) else item]
+
+
+def grouping_sets(grouped: list[exp.Expression]) -> list[list[exp.Expression]]:
+    """GROUP BY's items expanded into the grouping sets PostgreSQL forms: each item's sets (a plain
+    expression is one set of one; ROLLUP (a, b) is (a, b), (a), (); CUBE every subset; GROUPING
+    SETS its elements, themselves possibly ROLLUP or CUBE), crossed over the items. A set keeps
+    each expression once; a set listed twice stays twice (PostgreSQL emits its groups twice)."""
+
+    def sets_of(item: exp.Expression) -> list[list[exp.Expression]]:
+        if isinstance(item, exp.Rollup):
+            parts = [_set_members(e) for e in item.expressions]
+            return [[m for part in parts[:n] for m in part] for n in range(len(parts), -1, -1)]
+        if isinstance(item, exp.Cube):
+            parts = [_set_members(e) for e in item.expressions]
+            if 2 ** len(parts) > MAX_GROUPING_SETS:
+                raise Unsupported(f"a CUBE of more than {MAX_GROUPING_SETS.bit_length() - 1} elements")
+            return [[m for i, part in enumerate(parts) if mask & (1 << (len(parts) - 1 - i)) for m in part]
+                    for mask in range(2 ** len(parts) - 1, -1, -1)]
+        if isinstance(item, exp.GroupingSets):
+            out: list[list[exp.Expression]] = []
+            for e in item.expressions:
+                out.extend(sets_of(e) if isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) else [_set_members(e)])
+            return out
+        return [[item]]
+
+    crossed: list[list[exp.Expression]] = [[]]
+    for item in grouped:
+        crossed = [a + b for a in crossed for b in sets_of(item)]
+        if len(crossed) > MAX_GROUPING_SETS:
+            raise Unsupported(f"more than {MAX_GROUPING_SETS} grouping sets")
+    out = []
+    for members in crossed:
+        seen: dict[str, exp.Expression] = {}
+        for m in members:
+            seen.setdefault(m.sql(dialect="postgres"), m)
+        out.append(list(seen.values()))
+    return out
 
 
 def _shared_by_all_sets(node: exp.Expression) -> list[exp.Expression]:
@@ -717,10 +775,6 @@ class Lowering:
             # subquery would be evaluated per group, after the aggregate)
             for i, e in enumerate(exprs):
                 node, env, exprs[i] = join_subqueries(self, node, env, e)
-        if any(_set_returning(n) for e in exprs for n in e.walk()):
-            # A row becomes several: no Map can say that, and Spark refuses a generator inside
-            # the routing's CASE. The query runs as a batch instead (unnest in views).
-            raise Unsupported("a set-returning function in the select list")
         having = s.args.get("having")
         group = s.args.get("group")
         has_agg = any(_bare_aggregate(n) for e in exprs for n in e.walk()) or (
@@ -730,13 +784,43 @@ class Lowering:
         limit = s.args.get("limit")
         offset = s.args.get("offset")
         distinct = s.args.get("distinct")
+        if any(_set_returning(n) for e in exprs for n in e.walk()):
+            # A row becomes several: no Map can say that, and Spark refuses a generator inside
+            # the routing's CASE. At the top of a view, each input row's output is computed
+            # apart: recomputed per partition of the columns it reads, so a change costs its own
+            # rows. Anywhere else the query runs as a batch (unnest in views).
+            if not top or group is not None or has_agg or windows or having is not None or distinct is not None \
+                    or limit is not None or offset is not None:
+                raise Unsupported("a set-returning function in the select list")
+            read = {c.name: c for e in exprs for c in self.rewrite(e, env).find_all(exp.Column)}
+            rows: list[exp.Expression] = [read[n] for n in sorted(read)] or [_col(c) for c in node.columns]
+            return self.recompute(s, node, env, rows, "a set-returning function in the select list"), names
 
         post: Env | None = None
         group_exprs: list[exp.Expression] = []
         if group is not None or has_agg:
             grouped: list[exp.Expression] = list(group.expressions) if group is not None else []
             sets = [g for g in grouped if isinstance(g, (exp.GroupingSets, exp.Cube, exp.Rollup))]
+            group_exprs = [self.rewrite(g, env) for g in (group.expressions if group is not None else [])
+                           if g not in sets]
+            calls: list[tuple[exp.Expression, AggCall | None]] = []
+            for e in [*exprs, *([having.this] if having is not None else []),
+                      *([o.this for o in order.expressions] if order is not None else [])]:
+                for n in e.walk():
+                    if _is_aggregate(n) and not isinstance(n, exp.Grouping) and \
+                            not any(_is_aggregate(a) for a in _ancestors(n, e)):
+                        calls.append((n, self.agg_call(n, env)))
             if sets:
+                why = "GROUPING SETS with " + ("window functions" if windows else "aggregates without an incremental form")
+                try:
+                    expanded = grouping_sets(grouped)
+                except Unsupported as e:
+                    why = str(e)
+                    expanded = []
+                if expanded and not windows and all(c is not None for _, c in calls) and limit is None and \
+                        offset is None and not (isinstance(distinct, exp.Distinct) and distinct.args.get("on") is not None):
+                    node = self.grouping_sets(node, env, expanded, calls, exprs, having)
+                    return (self.distinct(node) if distinct is not None else node), names
                 if not top or order is not None or limit is not None or distinct is not None:
                     raise Unsupported("GROUPING SETS, CUBE and ROLLUP below the top of the view")
                 # Each output row depends on the input rows that agree on the keys every grouping
@@ -744,14 +828,7 @@ class Lowering:
                 # (ROLLUP and CUBE have the empty set, so none).
                 shared = [g for g in grouped if g not in sets] + [k for g in sets for k in _shared_by_all_sets(g)]
                 partition = [self.rewrite(k, env) for k in shared]
-                return self.recompute(s, node, env, partition, "GROUPING SETS, CUBE and ROLLUP"), names
-            group_exprs = [self.rewrite(g, env) for g in (group.expressions if group is not None else [])]
-            calls: list[tuple[exp.Expression, AggCall | None]] = []
-            for e in [*exprs, *([having.this] if having is not None else []),
-                      *([o.this for o in order.expressions] if order is not None else [])]:
-                for n in e.walk():
-                    if _is_aggregate(n) and not any(_is_aggregate(a) for a in _ancestors(n, e)):
-                        calls.append((n, self.agg_call(n, env)))
+                return self.recompute(s, node, env, partition, why), names
             if any(c is None for _, c in calls) or windows:
                 if not top or order is not None or limit is not None or distinct is not None:
                     raise Unsupported("aggregates without an incremental form (recomputed per group)")
@@ -787,6 +864,42 @@ class Lowering:
         if distinct is not None:
             node = self.distinct(node)
         return node, names
+
+    def grouping_sets(self, node: Node, env: Env, sets: list[list[exp.Expression]],
+                      calls: list[tuple[exp.Expression, AggCall | None]], exprs: list[Any],
+                      having: exp.Having | None) -> Node:
+        """GROUPING SETS, ROLLUP and CUBE: one Reduce per grouping set over the same input, each
+        projected to the select list with the keys outside its set NULL and grouping(...) its
+        constant, in a union. A change touches one group in each set, never a whole partition."""
+        keys: dict[str, exp.Expression] = {}
+        for members in sets:
+            for m in members:
+                keys.setdefault(self.rewrite(m, env).sql(dialect="postgres"), m)
+        cols = tuple(self.fresh() for _ in exprs)
+        branches: list[Node] = []
+        for members in sets:
+            present = {self.rewrite(m, env).sql(dialect="postgres") for m in members}
+            group = [self.rewrite(m, env) for m in members]
+            reduced, post = self.reduce(node, group, calls, not members)
+            absent = {k: _typed_null(e) for k, e in keys.items() if k not in present}
+
+            def grouping(n: exp.Expression, present: set[str] = present) -> exp.Expression:
+                if not isinstance(n, exp.Grouping):
+                    return n
+                bits = 0
+                for arg in n.expressions:
+                    at = self.rewrite(arg, env).sql(dialect="postgres")
+                    if at not in keys:
+                        raise Unsupported("grouping() of an expression outside GROUP BY")
+                    bits = bits * 2 + (at not in present)
+                return exp.Literal.number(bits)
+
+            if having is not None:
+                cond = self.rewrite_post(having.this.copy().transform(grouping), env, post, group, absent)
+                reduced = Filter(reduced.columns, reduced, cond)
+            out = tuple(self.rewrite_post(e.copy().transform(grouping), env, post, group, absent) for e in exprs)
+            branches.append(Map(cols, reduced, out))
+        return branches[0] if len(branches) == 1 else UnionAll(cols, tuple(branches))
 
     def agg_call(self, n: exp.Expression, env: Env) -> AggCall | None:
         inner = n
@@ -826,8 +939,10 @@ class Lowering:
             post[("__agg", key)] = acols[j]
         return Reduce(gcols + acols, node, tuple(group), tuple(aggs), global_), post
 
-    def rewrite_post(self, e: exp.Expression, env: Env, post: Env, group: list[exp.Expression]) -> exp.Expression:
-        """An expression after GROUP BY: aggregates and group keys become the Reduce's columns."""
+    def rewrite_post(self, e: exp.Expression, env: Env, post: Env, group: list[exp.Expression],
+                     absent: dict[str, exp.Expression] | None = None) -> exp.Expression:
+        """An expression after GROUP BY: aggregates and group keys become the Reduce's columns (and
+        the keys of other grouping sets, `absent`, their NULLs)."""
         if _has_subquery(e):
             raise Unsupported("subqueries in expressions")
 
@@ -846,6 +961,8 @@ class Lowering:
             name = post.get(("__group", pre))
             if name is not None:
                 return _col(name, node)
+            if absent is not None and pre in absent:
+                return absent[pre].copy()
             if isinstance(node, exp.Column):
                 raise Unsupported(f"column {node.sql(dialect='postgres')} outside GROUP BY")
             return node
