@@ -86,3 +86,28 @@ def test_a_scalar_function_in_from_is_a_table_of_one_row_named_as_postgresql_nam
     ctx = PlanContext(catalog=CatalogSnapshot(1, {}), session=SessionInfo(user="streamdb", database="streamdb"))
     plan = plan_query(parse_one(sql), ctx)
     assert [c.name for c in plan.columns] == columns
+
+
+@pytest.mark.parametrize(("sql", "spelled_out"), [
+    ("SELECT id, age IN (SELECT qty FROM orders) AS x FROM people", True),  # a value
+    ("SELECT id FROM people WHERE a > 1 OR NOT (age IN (SELECT qty FROM orders))", True),  # NOT under OR
+    ("SELECT id, coalesce(age IN (SELECT qty FROM orders), true) FROM people", True),
+    ("SELECT id FROM people WHERE age IN (SELECT qty FROM orders)", False),  # only its truth counts
+    ("SELECT id FROM people WHERE a > 1 OR age IN (SELECT qty FROM orders)", False),
+    ("SELECT id FROM people WHERE a > 1 AND age NOT IN (SELECT qty FROM orders)", False),  # null-aware anti join
+    ("SELECT CASE WHEN age IN (SELECT qty FROM orders) THEN 1 END FROM people", False),
+    ("SELECT id FROM people p JOIN t ON t.k IN (SELECT qty FROM orders)", False),
+    ("SELECT id, age IN (1, 2) FROM people", False),  # a list, not a subquery
+])
+def test_in_a_subquery_read_as_a_value_is_spelled_out_with_its_nulls_on_spark(sql: str, spelled_out: bool) -> None:
+    """Spark's existence join makes `x IN (q)` false where PostgreSQL's is NULL (x NULL, or a NULL
+    in q and no match): where that difference shows, the NULL cases are written out."""
+    out = spark(sql)
+    assert ("IS NULL THEN CASE WHEN EXISTS" in out) is spelled_out, out
+    if spelled_out:
+        assert "EXISTS(SELECT 1 FROM orders WHERE (qty) IS NULL) THEN NULL ELSE FALSE" in out
+
+
+def test_in_over_an_aggregate_tests_its_nulls_in_having() -> None:
+    out = spark("SELECT id, age IN (SELECT max(qty) FROM orders o WHERE o.pid = p.id) AS x FROM people p")
+    assert "EXISTS(SELECT 1 FROM orders AS o WHERE o.pid = p.id HAVING (MAX(qty)) IS NULL)" in out

@@ -1777,6 +1777,63 @@ def _spark_null_conditions(query: exp.Expression) -> exp.Expression:
     return query
 
 
+def _truth_only(node: exp.Expression) -> bool:
+    """Whether only `node`'s truth matters: it is a condition of WHERE, HAVING, ON or a CASE's WHEN
+    through AND and OR (NULL and false both fail there), or a NOT directly over it is such a
+    condition through AND alone (Spark's null-aware anti join answers a NOT IN conjunct)."""
+    n = node
+    negated = False
+    while True:
+        p = n.parent
+        if isinstance(p, exp.Paren) or isinstance(p, exp.And) or (isinstance(p, exp.Or) and not negated):
+            n = p
+            continue
+        if isinstance(p, exp.Not) and n.unnest() is node and not negated:
+            negated = True
+            n = p
+            continue
+        if isinstance(p, (exp.Where, exp.Having)) or (isinstance(p, exp.Join) and p.args.get("on") is n):
+            return True
+        return isinstance(p, exp.If) and p.this is n and not negated
+
+
+def _spark_in_values(query: exp.Expression) -> exp.Expression:
+    """`x IN (SELECT y ...)` read as a value (in the select list, under NOT or OR): Spark plans it as
+    an existence join, false where PostgreSQL's answer is NULL (x NULL and the subquery not empty,
+    or no match and a NULL among its values). Spelled out with those cases: `CASE WHEN x IN (q)
+    THEN true WHEN x IS NULL THEN (NULL if q has rows) WHEN q has a NULL THEN NULL ELSE false END`.
+    Where only its truth counts (`_truth_only`) it stays as it is."""
+    for node in list(query.find_all(exp.In)):
+        sub = node.args.get("query")
+        if sub is None or isinstance(node.this, exp.Tuple) or _truth_only(node):
+            continue
+        inner = sub.this if isinstance(sub, exp.Subquery) else sub
+        if not isinstance(inner, exp.Select) or len(inner.expressions) != 1 or inner.args.get("limit") \
+                or inner.args.get("offset") or inner.args.get("with"):
+            continue
+        value = inner.expressions[0].unalias()
+        nulls = inner.copy()
+        nulls.set("expressions", [exp.Literal.number(1)])
+        nulls.set("order", None)
+        nulls.set("distinct", None)
+        null_value = exp.Is(this=exp.Paren(this=value.copy()), expression=exp.Null())
+        if inner.args.get("group") or value.find(exp.AggFunc):
+            having = inner.args.get("having")
+            nulls.set("having", exp.Having(this=null_value if having is None else exp.and_(having.this.copy(), null_value)))
+        else:
+            nulls.where(null_value, copy=False)
+        rows = inner.copy()
+        rows.set("order", None)
+        case = exp.Case(ifs=[
+            exp.If(this=node.copy(), true=exp.true()),
+            exp.If(this=exp.Is(this=node.this.copy(), expression=exp.Null()),
+                   true=exp.Case(ifs=[exp.If(this=exp.Exists(this=rows), true=exp.Null())], default=exp.false())),
+            exp.If(this=exp.Exists(this=nulls), true=exp.Null()),
+        ], default=exp.false())
+        node.replace(exp.Paren(this=case))
+    return query
+
+
 def _spark_timestamptz_text(query: exp.Expression) -> exp.Expression:
     """timestamptz::text ends with the zone's offset in PostgreSQL (`+00`: the session's time
     zone is UTC); Spark's cast to string leaves it out."""
@@ -2230,5 +2287,5 @@ def _variant_path(path: exp.Expression | None) -> str | None:
 _SPARK_REWRITES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
     _spark_json_values, _spark_float_text, _spark_gcd_lcm, _spark_raises_and_logs, _spark_array_subscripts, _spark_timestamptz_text, _spark_null_conditions, _spark_date_differences, similar_to_as_regex,
     _spark_series_tables, _spark_distinct_on_order, spark_float_rounds, _spark_epochs, _spark_array_aggs,
-    _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts,
+    _spark_string_aggs, _spark_percentiles, _spark_groupings, unconstrained_numeric_casts, _spark_in_values,
 )

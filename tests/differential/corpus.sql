@@ -263,7 +263,6 @@ SELECT p.id FROM {people} p WHERE p.age > 60 OR p.id IN (SELECT pid FROM {orders
     OR EXISTS (SELECT 1 FROM {orders} o WHERE o.pid = p.id AND o.amount > p.salary / 1000);
 
 -- query: EXISTS and IN as values (IN is NULL for a NULL age)
--- known: spark: IN (subquery) as a value is false, not NULL, for a NULL left side (Spark's existence join)
 SELECT p.id, EXISTS (SELECT 1 FROM {orders} o WHERE o.pid = p.id AND o.amount > 100) AS big,
     p.age IN (SELECT qty * 10 FROM {orders}) AS age_qty FROM {people} p;
 
