@@ -786,15 +786,10 @@ class Lowering:
         distinct = s.args.get("distinct")
         if any(_set_returning(n) for e in exprs for n in e.walk()):
             # A row becomes several: no Map can say that, and Spark refuses a generator inside
-            # the routing's CASE. At the top of a view, each input row's output is computed
-            # apart: recomputed per partition of the columns it reads, so a change costs its own
-            # rows. Anywhere else the query runs as a batch (unnest in views).
-            if not top or group is not None or has_agg or windows or having is not None or distinct is not None \
-                    or limit is not None or offset is not None:
-                raise Unsupported("a set-returning function in the select list")
-            read = {c.name: c for e in exprs for c in self.rewrite(e, env).find_all(exp.Column)}
-            rows: list[exp.Expression] = [read[n] for n in sorted(read)] or [_col(c) for c in node.columns]
-            return self.recompute(s, node, env, rows, "a set-returning function in the select list"), names
+            # the routing's CASE. The query runs as a batch instead (unnest in views): over its
+            # inputs' changes alone when it is linear (planner/incremental.py), which measured
+            # faster than a Recompute per row on the pipeline (docs/benchmarks.md).
+            raise Unsupported("a set-returning function in the select list")
 
         post: Env | None = None
         group_exprs: list[exp.Expression] = []
