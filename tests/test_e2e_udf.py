@@ -189,6 +189,22 @@ def test_functions_and_their_views_survive_kill_9_and_run_on_spark_ad_hoc():
                 assert sorted(conn.execute("SELECT * FROM buckets").fetchall()) == [("large", 51), ("small", 49)]
                 on_spark = "SELECT bucket(x) AS b, count(*) FROM readings GROUP BY 1 ORDER BY 1"
                 assert conn.execute(on_spark).fetchall() == [("large", 51), ("small", 49)]
+                assert conn.execute("SHOW streamdb.last_query_engine").fetchone() == ("spark",)
+                # Reading a materialized view never starts a Spark job, past the threshold too,
+                # unless the session asks for Spark itself.
+                conn.execute("CREATE MATERIALIZED VIEW evens AS SELECT x FROM readings WHERE x % 2 = 0")
+                conn.execute("FLUSH")
+                for chosen in (None, "5"):
+                    if chosen:
+                        conn.execute(f"SET streamdb.spark_read_threshold_rows = {chosen}")
+                    assert conn.execute("SELECT count(*), sum(x) FROM evens WHERE x > 10").fetchall() == [(45, 2520)]
+                    assert conn.execute("SHOW streamdb.last_query_engine").fetchone() == \
+                        ("spark" if chosen else "embedded",)
+                    assert conn.execute("SELECT count(*) FROM evens e JOIN readings r ON r.x = e.x + 1").fetchall() \
+                        == [(50 - 1,)]
+                    assert conn.execute("SHOW streamdb.last_query_engine").fetchone() == \
+                        ("spark" if chosen else "embedded",)
+                conn.execute("RESET streamdb.spark_read_threshold_rows")
             srv.kill9()
             srv.start()
             with srv.connect() as conn:

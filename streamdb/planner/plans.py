@@ -104,8 +104,8 @@ class QueryPlan(Plan):
             keys = ", ".join(self.lookup.key_columns)
             lines.append(f"  engine: index lookup on ({keys}) over the cached rows")
         else:
-            lines.append("  engine: embedded (DuckDB) below the Spark read threshold, Spark above it "
-                         "(inputs under 1/4 its heap)")
+            lines.append("  engine: embedded (DuckDB), Spark above the read threshold (inputs under 1/4 its heap, "
+                         "no view read)")
         lines.append(f"  embedded SQL: {self.duckdb_sql}")
         lines.append(f"  Spark SQL: {self.spark_sql}")
         return "\n".join(lines)

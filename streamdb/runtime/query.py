@@ -86,9 +86,14 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
     spark = engine.spark
     threshold = engine.settings.spark_read_threshold_rows
     override = session.settings.get("streamdb.spark_read_threshold_rows")
+    chosen = False
     if override is not None and override.strip().lstrip("-").isdigit():
         threshold = int(override)  # per-session override, e.g. to force Spark in tests
-    use_spark = (spark is not None and input_rows > threshold
+        chosen = True
+    # Reading a view never starts a Spark job unless the session asks for one: its rows are in
+    # the driver already, and shipping them to the pipelines' JVM made a 2M-row view's read take
+    # 1.4-12 s (0.04-0.09 s embedded) and once ran that heap out under a load (docs/serving.md).
+    use_spark = (spark is not None and input_rows > threshold and (chosen or not _reads_a_view(engine, plan))
                  and all(not n.startswith("sys_") for n in tables)
                  and sum(t.nbytes for t in tables.values()) <= spark.max_input_bytes())
     if use_spark and plan.params:
@@ -106,6 +111,11 @@ def run_blocking(engine: Engine, plan: QueryPlan, session: SessionInfo,
             result, limits.effective_max_rows(engine.settings.max_result_rows, session.settings),
             engine.settings.max_result_bytes)
     return engine_used, arrow_to_rows(result, plan.columns)
+
+
+def _reads_a_view(engine: Engine, plan: QueryPlan) -> bool:
+    return any(inp.relation_id is not None and (rel := engine.catalog.by_id(inp.relation_id)) is not None
+               and rel.kind == "materialized_view" for inp in plan.inputs)
 
 
 def _row_count(engine: Engine, relation_id: int) -> int:
