@@ -26,6 +26,9 @@ Three materialized views (issue 13), on one StreamDB server (real Spark, local[2
             GROUPING SETS, ROLLUP or CUBE was recomputed over its whole input every epoch before
             2026-12-02):
             SELECT grp, count(*) AS n, sum(v) AS total, max(v) AS hi FROM tt GROUP BY ROLLUP (grp)
+  share     each group's share of the table, a scalar subquery over the groups (such a view was
+            recomputed over its whole input every epoch before 2026-12-02):
+            SELECT grp, count(*) AS n, count(*) * 1000 / (SELECT count(*) FROM tt) AS permille FROM tt GROUP BY grp
   unnest    a set-returning function over the table with deletes, two rows per table row (run
             by the epoch driver over the table's changes, a linear query; a Recompute per row on
             the pipeline was measured against it and dropped, 2026-12-02):
@@ -39,7 +42,8 @@ view shows them (polled every 20 ms): a new event for join_agg, a new top value 
 minmax the DELETE of a group's current minimum (a retraction of the minimum: the hard case), for
 top_table the DELETE of the table's current top row (the view takes the next one in; for
 rollup the same DELETE, the grand total's max then the next value; for unnest the same
-DELETE, the view then without the row's two values), for
+DELETE, the view then without the row's two values; for share the same DELETE, the row's group
+then one row fewer), for
 semi_join a new top value for a key the subquery holds, for recent a hit of now with a new top
 value (the stream `hits` gets as many rows as `ev`, their times spread over the two hours before
 the load, so rows leave the view all along), and
@@ -106,6 +110,7 @@ VIEWS = {
     "recent": "SELECT k, count(*) AS n, max(v) AS hi FROM hits WHERE ts > now() - INTERVAL '1 hour' GROUP BY k",
     "rollup": "SELECT grp, count(*) AS n, sum(v) AS total, max(v) AS hi FROM tt GROUP BY ROLLUP (grp)",
     "unnest": "SELECT id, unnest(ARRAY[grp, v]) AS e FROM tt",
+    "share": "SELECT grp, count(*) AS n, count(*) * 1000 / (SELECT count(*) FROM tt) AS permille FROM tt GROUP BY grp",
 }
 # PostgreSQL has no SESSION(): the same query as the window functions the planner expands it to.
 PG_VIEWS = {**VIEWS, "session": (
@@ -213,7 +218,7 @@ def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_ca
         for c in systems:
             copy_rows(c, "ev", "k, v", rows)
         remaining -= n
-    if not {"minmax", "top_table", "rollup", "unnest"} & set(views):
+    if not {"minmax", "top_table", "rollup", "unnest", "share"} & set(views):
         return
     size = min(size, table_cap)
     if size <= data.table_rows:
@@ -290,6 +295,13 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             n = mirror.execute("SELECT count(*) FROM tt").fetchone()[0] - 1
             check_sql, check = (f"SELECT n, hi FROM {view} WHERE grp IS NULL",
                                 lambda rows, t=(n, after): rows == [t])
+        elif view == "share":
+            mirror = pg if pg is not None else sdb
+            victim, grp = mirror.execute("SELECT id, grp FROM tt ORDER BY v DESC, id LIMIT 1").fetchone()
+            data.deleted.add(victim)
+            change = ("DELETE FROM tt WHERE id = %s", (victim,))
+            n = mirror.execute("SELECT count(*) FROM tt WHERE grp = %s", (grp,)).fetchone()[0] - 1
+            check_sql, check = (f"SELECT n FROM {view} WHERE grp = {grp}", lambda rows, t=n: rows == [(t,)])
         elif view == "unnest":
             mirror = pg if pg is not None else sdb
             victim = mirror.execute("SELECT id FROM tt ORDER BY v DESC, id LIMIT 1").fetchone()[0]

@@ -1694,6 +1694,51 @@ def test_grouping_sets_and_set_returning_views_match_postgresql(server, conn, po
             pg.execute(f"DROP TABLE {t}")
 
 
+def test_subqueries_over_groups_are_incremental_and_match_postgresql(server, conn, postgres_server, unique):
+    """Subqueries read as values in a grouped query's select list or HAVING (groups above the
+    average, a share of the total, a correlated aggregate by the group key, EXISTS by it) are joined
+    to the groups, so the views stay on the pipeline. Checked against PostgreSQL 15 after every
+    change to either table, ad hoc and in the views."""
+    t, u = f"sg_t_{unique}", f"sg_u_{unique}"
+    ddls = [f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, v INT)", f"CREATE TABLE {u} (id INT PRIMARY KEY, k INT, w INT)"]
+    queries = {
+        f"sg_above_{unique}": f"SELECT k, sum(v) AS s FROM {t} GROUP BY k HAVING sum(v) > (SELECT avg(v) FROM {t})",
+        f"sg_share_{unique}": f"SELECT k, count(*) * 1000 / (SELECT count(*) FROM {t}) AS permille FROM {t} GROUP BY k",
+        f"sg_corr_{unique}": f"SELECT a.k, sum(a.v) AS s, (SELECT max(b.w) FROM {u} b WHERE b.k = a.k) AS mw "
+                             f"FROM {t} a GROUP BY a.k",
+        f"sg_total_{unique}": f"SELECT count(*) AS n FROM {t} HAVING count(*) > (SELECT count(*) FROM {u})",
+        f"sg_exists_{unique}": f"SELECT k, count(*) AS n, EXISTS (SELECT 1 FROM {u} WHERE {u}.k = {t}.k) AS has_u "
+                               f"FROM {t} GROUP BY k",
+    }
+    changes = [f"INSERT INTO {t} VALUES (1, 1, 10), (2, 1, 20), (3, 2, 5), (4, 3, 40)",
+               f"INSERT INTO {u} VALUES (1, 1, 7), (2, 3, 9)",
+               f"UPDATE {t} SET v = 100 WHERE id = 3",
+               f"INSERT INTO {u} VALUES (3, 2, 1), (4, 2, 11), (5, 4, 3)",
+               f"DELETE FROM {u} WHERE id = 1",
+               f"INSERT INTO {t} VALUES (5, 4, 1), (6, NULL, 2)",
+               f"UPDATE {u} SET k = 1 WHERE id = 2",
+               f"DELETE FROM {t} WHERE k = 2"]
+    for ddl in ddls:
+        conn.execute(ddl)
+    create_views(server, queries)
+    status = {r[0]: r[2] for r in conn.execute("SHOW QUERIES").fetchall()}
+    assert all(status[v] == "running (incremental)" for v in queries), status
+    with psycopg.connect(postgres_server, autocommit=True) as pg:
+        for ddl in ddls:
+            pg.execute(ddl)
+        try:
+            for change in changes:
+                conn.execute(change)
+                pg.execute(change)
+                conn.execute("FLUSH")
+                for view, query in queries.items():
+                    expected = sorted(pg.execute(query).fetchall(), key=repr)
+                    assert sorted(conn.execute(query).fetchall(), key=repr) == expected, (change, query)
+                    assert sorted(conn.execute(f"SELECT * FROM {view}").fetchall(), key=repr) == expected, (change, view)
+        finally:
+            pg.execute(f"DROP TABLE {t}, {u}")
+
+
 def _niceness(pid: int, tid: str) -> int | None:
     """A thread's nice value, None if it has ended since it was listed."""
     try:

@@ -100,7 +100,12 @@ def test_plain_conditions_filter_before_the_semi_join() -> None:
      "a subquery compared with a column of another type"),
     ("SELECT auction FROM bid b WHERE EXISTS (SELECT 1 FROM auction a WHERE a.id = b.auction LIMIT 1)",
      "EXISTS over a subquery with GROUP BY, DISTINCT, ORDER BY or LIMIT"),
-    ("SELECT auction, count(*) AS n, (SELECT max(id) FROM auction) AS m FROM bid GROUP BY auction",
+    # over the groups, a correlation reads only GROUP BY columns
+    ("SELECT b.auction, count(*) AS n FROM bid b GROUP BY b.auction "
+     "HAVING count(*) > (SELECT count(*) FROM auction a WHERE a.seller = max(b.price))",
+     "from outside the query"),
+    ("SELECT b.auction + 1 AS a1, count(*) AS n, (SELECT max(a.seller) FROM auction a WHERE a.id = b.auction + 1) "
+     "AS m FROM bid b GROUP BY b.auction + 1",
      "from outside the query"),
     ("SELECT auction FROM bid WHERE price > (SELECT seller FROM auction WHERE id = 1)",
      "a scalar subquery that is not an aggregate (it could return several rows)"),
@@ -175,3 +180,25 @@ def test_tests_inside_expressions_are_values_of_left_joins(sql: str) -> None:
     df = strategy(sql).dataflow
     assert df is not None, strategy(sql).reason
     assert {j.kind for j in joins(df)} == {"left"}
+
+
+@pytest.mark.parametrize(("sql", "keys"), [
+    # uncorrelated: every group on one constant key
+    ("SELECT auction, sum(price) AS s FROM bid GROUP BY auction HAVING sum(price) > (SELECT avg(price) FROM bid)", 1),
+    ("SELECT auction, count(*) * 100 / (SELECT count(*) FROM bid) AS pct FROM bid GROUP BY auction", 1),
+    ("SELECT count(*) AS n FROM bid HAVING count(*) > (SELECT count(*) FROM auction)", 1),
+    # correlated by a GROUP BY column: the subquery's aggregate per key, joined by it
+    ("SELECT b.auction, count(*) AS n, (SELECT max(a.seller) FROM auction a WHERE a.id = b.auction) AS s "
+     "FROM bid b GROUP BY b.auction", 1),
+    ("SELECT auction, sum(price) AS s, EXISTS (SELECT 1 FROM auction a WHERE a.id = bid.auction) AS e "
+     "FROM bid GROUP BY auction", 1),
+])
+def test_subqueries_over_groups_join_the_groups(sql: str, keys: int) -> None:
+    """A subquery read as a value in a grouped query's select list or HAVING is joined to the
+    Reduce's rows (one per group), not to the input's rows."""
+    df = strategy(sql).dataflow
+    assert df is not None, strategy(sql).reason
+    (join,) = joins(df)
+    assert join.kind == "left" and len(join.left_keys) == keys
+    assert isinstance(join.left, D.Reduce) and not isinstance(join.right, D.Scan)
+    assert not any(isinstance(n, D.Recompute) for n in df.nodes())

@@ -793,6 +793,7 @@ class Lowering:
 
         post: Env | None = None
         group_exprs: list[exp.Expression] = []
+        scalars: Env = {}  # the columns subqueries' values over the groups are read from
         if group is not None or has_agg:
             grouped: list[exp.Expression] = list(group.expressions) if group is not None else []
             sets = [g for g in grouped if isinstance(g, (exp.GroupingSets, exp.Cube, exp.Rollup))]
@@ -801,7 +802,7 @@ class Lowering:
             calls: list[tuple[exp.Expression, AggCall | None]] = []
             for e in [*exprs, *([having.this] if having is not None else []),
                       *([o.this for o in order.expressions] if order is not None else [])]:
-                for n in e.walk():
+                for n in _outside_subqueries(e):  # a subquery's own aggregates are planned with it
                     if _is_aggregate(n) and not isinstance(n, exp.Grouping) and \
                             not any(_is_aggregate(a) for a in _ancestors(n, e)):
                         calls.append((n, self.agg_call(n, env)))
@@ -830,15 +831,20 @@ class Lowering:
                 why = "window functions" if windows else "aggregates without an incremental form"
                 return self.recompute(s, node, env, group_exprs, why), names
             node, post = self.reduce(node, group_exprs, calls, group is None)
-            if having is not None:
-                node = Filter(node.columns, node, self.rewrite_post(having.this, env, post, group_exprs))
+            having_cond = having.this if having is not None else None
+            if any(nested_subqueries(e) for e in [*exprs, *([having_cond] if having_cond is not None else [])]):
+                node, scalars, exprs, having_cond = self.subqueries_over_groups(
+                    node, env, post, group.expressions if group is not None else [], exprs, having_cond)
+            if having_cond is not None:
+                node = Filter(node.columns, node, self.rewrite_post(having_cond, env, post, group_exprs, scalars=scalars))
         elif windows:
             if not top or order is not None or limit is not None or distinct is not None:
                 raise Unsupported("window functions below the top of the view")
             return self.recompute(s, node, env, [], "window functions"), names
 
         def project(e: Any) -> exp.Expression:
-            return self.rewrite_post(e, env, post, group_exprs) if post is not None else self.rewrite(e, env)
+            return self.rewrite_post(e, env, post, group_exprs, scalars=scalars) if post is not None \
+                else self.rewrite(e, env)
 
         out_exprs = [project(e) for e in exprs]
         if isinstance(distinct, exp.Distinct) and distinct.args.get("on") is not None:
@@ -859,6 +865,29 @@ class Lowering:
         if distinct is not None:
             node = self.distinct(node)
         return node, names
+
+    def subqueries_over_groups(self, node: Node, env: Env, post: Env, group: list[exp.Expression],
+                               exprs: list[Any], having: exp.Expression | None
+                               ) -> tuple[Node, Env, list[Any], exp.Expression | None]:
+        """Subqueries read as values in a grouped query's select list or HAVING (`HAVING sum(v) >
+        (SELECT avg(v) FROM t)`, a share of a total): joined to the Reduce's rows, one row per
+        group, as `join_subqueries` joins them to input rows. Only the GROUP BY columns are in
+        scope for a correlation (by equalities on them); the values are read from `scalars`."""
+        from streamdb.planner.subqueries import SCALAR_ALIAS, join_subqueries
+
+        keyed: Env = {}
+        for g in group:
+            if isinstance(g, exp.Column):
+                inner = self.rewrite(g, env)
+                column = post.get(("__group", inner.sql(dialect="postgres")))
+                if column is not None:
+                    keyed.update({k: column for k, v in env.items() if v == inner.name})
+        out = list(exprs)
+        for i, e in enumerate(out):
+            node, keyed, out[i] = join_subqueries(self, node, keyed, e)
+        if having is not None:
+            node, keyed, having = join_subqueries(self, node, keyed, having)
+        return node, {k: v for k, v in keyed.items() if k[0] == SCALAR_ALIAS}, out, having
 
     def grouping_sets(self, node: Node, env: Env, sets: list[list[exp.Expression]],
                       calls: list[tuple[exp.Expression, AggCall | None]], exprs: list[Any],
@@ -935,9 +964,10 @@ class Lowering:
         return Reduce(gcols + acols, node, tuple(group), tuple(aggs), global_), post
 
     def rewrite_post(self, e: exp.Expression, env: Env, post: Env, group: list[exp.Expression],
-                     absent: dict[str, exp.Expression] | None = None) -> exp.Expression:
+                     absent: dict[str, exp.Expression] | None = None, scalars: Env | None = None) -> exp.Expression:
         """An expression after GROUP BY: aggregates and group keys become the Reduce's columns (and
-        the keys of other grouping sets, `absent`, their NULLs)."""
+        the keys of other grouping sets, `absent`, their NULLs; subqueries' values joined to the
+        groups, `scalars`, their columns)."""
         if _has_subquery(e):
             raise Unsupported("subqueries in expressions")
 
@@ -949,6 +979,8 @@ class Lowering:
                 return _col(name, node)
             if isinstance(node, (exp.Literal, exp.Null, exp.Boolean)):
                 return node
+            if scalars and isinstance(node, exp.Column) and (_norm(node.table), _norm(node.name)) in scalars:
+                return _col(scalars[(_norm(node.table), _norm(node.name))], node)
             try:
                 pre = self.rewrite(node, env).sql(dialect="postgres")
             except Unsupported:
