@@ -228,3 +228,23 @@ def test_a_join_keeps_the_columns_its_comparisons_read() -> None:
     assert df is not None
     left, right = below_join(df)
     assert [len(left.columns), len(right.columns)] == [3, 2]  # id, seller, category | auction, price
+
+
+def test_a_filter_over_a_subquerys_window_functions_is_recomputed_per_partition() -> None:
+    """`WHERE price > prev` over `lag(price) OVER (PARTITION BY auction ...)`: the whole query is
+    recomputed per auction (the subquery's own WHERE below it), not over the whole input."""
+    s = strategy("SELECT auction, price FROM (SELECT auction, price, lag(price) OVER (PARTITION BY auction "
+                 "ORDER BY date_time) AS prev FROM bid WHERE price > 1) q WHERE price > prev")
+    assert s.dataflow is not None, s.reason
+    root = s.dataflow.root
+    assert isinstance(root, D.Recompute) and [p.sql() for p in root.partition] == ["c0"]
+    assert isinstance(root.input, D.Filter) and "> 1" in root.input.predicate.sql()
+    inner = root.query.find(exp.Subquery)
+    assert inner is not None and root.query.args["where"].this.sql() == "c6 > c7"  # after the windows
+    assert set(root.derived) == {a.alias for a in inner.this.expressions}
+    for sql in ("SELECT auction FROM (SELECT auction, lag(price) OVER (ORDER BY date_time) AS prev FROM bid) q",
+                "SELECT count(*) FROM (SELECT auction, lag(price) OVER (PARTITION BY auction ORDER BY date_time) "
+                "AS prev FROM bid) q WHERE prev > 3",
+                "SELECT a FROM (SELECT auction AS a, rank() OVER (PARTITION BY auction ORDER BY price) AS r, "
+                "lag(price) OVER (PARTITION BY url ORDER BY price) AS p FROM bid) q WHERE r = p"):
+        assert strategy(sql).dataflow is None, sql  # one partition for every window, no aggregate over them

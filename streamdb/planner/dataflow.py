@@ -199,6 +199,8 @@ class Recompute(Node):
     partition: tuple[exp.Expression, ...] = ()
     query: exp.Select = field(default=None)  # type: ignore[assignment]
     why: str = ""
+    # Columns a subquery of `query` names, read by its outer query (`windowed_subquery`).
+    derived: tuple[str, ...] = ()
 
     def inputs(self) -> tuple[Node, ...]:
         return (self.input,)
@@ -736,6 +738,9 @@ class Lowering:
         topn = self.row_number_filter(s)
         if topn is not None:
             return topn
+        windowed = self.windowed_subquery(s) if top else None
+        if windowed is not None:
+            return windowed
         node, env = self.from_clause(s)
         where = s.args.get("where")
         if where is not None:
@@ -1027,6 +1032,60 @@ class Lowering:
         ranked = TopN(cols, mapped, part, order, limit, offset, with_ties)
         final = tuple(self.fresh() for _ in out_exprs)
         return Map(final, ranked, tuple(_col(c, e) for c, e in zip(cols[:n_out], out_exprs, strict=True)))
+
+    def windowed_subquery(self, s: exp.Select) -> tuple[Node, list[str]] | None:
+        """`SELECT .. FROM (SELECT .., f(..) OVER (PARTITION BY p ..) .. FROM x WHERE c) q WHERE d`
+        at a view's top (a filter on lag(), on a running total or a rank): the outer query reads
+        each row of the subquery apart, so the whole of it is recomputed per partition p, as a
+        view whose window functions are at its top is. None for any other shape."""
+        frm = s.args.get("from_") or s.args.get("from")
+        if frm is None or s.args.get("joins") or not isinstance(frm.this, exp.Subquery) or \
+                not isinstance(frm.this.this, exp.Select):
+            return None
+        inner: exp.Select = frm.this.this
+        refused = ("group", "having", "distinct", "limit", "offset", "with", "qualify", "laterals", "joins")
+        if any(s.args.get(a) for a in refused) or any(inner.args.get(a) for a in refused[:-1]):
+            return None
+        windows = [n for e in inner.expressions for n in e.find_all(exp.Window)]
+        specs = {tuple(p.sql(dialect="postgres") for p in w.args.get("partition_by") or []) for w in windows}
+        if len(specs) != 1 or not next(iter(specs)):
+            return None
+        outer_where = s.args.get("where")
+        inner_where = inner.args.get("where")
+        for e in [*s.expressions, *([outer_where.this] if outer_where is not None else [])]:
+            if _has_subquery(e) or reads_clock(e) or any(
+                    _bare_aggregate(n) or isinstance(n, exp.Window) or _set_returning(n) for n in e.walk()):
+                return None
+        if inner_where is not None and (_has_subquery(inner_where.this) or reads_clock(inner_where.this)):
+            return None
+        if any(_has_subquery(e) or reads_clock(e) or any(_bare_aggregate(n) and not isinstance(n.parent, exp.Window)
+                                                         or _set_returning(n) for n in e.walk())
+               for e in inner.expressions):
+            return None
+        node, env = self.from_clause(inner)
+        if inner_where is not None:
+            node = Filter(node.columns, node, self.rewrite(inner_where.this, env))
+        partition = [self.rewrite(p, env) for p in windows[0].args["partition_by"]]
+
+        def over_input(n: exp.Expression) -> exp.Expression:
+            return self.rewrite(n, env) if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star) else n
+
+        inner_items = _expand_stars(inner.expressions, env)
+        derived = tuple(self.fresh() for _ in inner_items)
+        rows = exp.Select(expressions=[
+            exp.alias_((e.unalias() if isinstance(e, exp.Alias) else e).copy().transform(over_input), d)
+            for e, d in zip(inner_items, derived, strict=True)]).from_(exp.to_table(PARTITION_TABLE))
+        alias = _norm(frm.this.alias_or_name)
+        outer_env: Env = {(alias, _norm(e.alias_or_name)): d for e, d in zip(inner_items, derived, strict=True)}
+        items = _expand_stars(s.expressions, outer_env)
+        names = [e.alias_or_name for e in items]
+        query = exp.Select(expressions=[
+            exp.alias_(self.rewrite(e.unalias() if isinstance(e, exp.Alias) else e, outer_env), n)
+            for e, n in zip(items, names, strict=True)]).from_(rows.subquery("__windowed"))
+        if outer_where is not None:
+            query = query.where(self.rewrite(outer_where.this, outer_env))
+        cols = tuple(self.fresh() for _ in items)
+        return Recompute(cols, node, tuple(partition), query, "window functions", derived), names
 
     def row_number_filter(self, s: exp.Select) -> tuple[Node, list[str]] | None:
         """`SELECT .. FROM (SELECT .., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn FROM x) q

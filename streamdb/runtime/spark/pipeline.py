@@ -1845,7 +1845,7 @@ class StreamingPipeline:
             f"WHERE __side IN (0, 1))")
         from pyspark.sql import functions as F
 
-        names = {c: c for c in s.input_columns}
+        names = {c: c for c in (*s.input_columns, *node.derived)}
         # A partition's old result must be, to the bit, the row its new result was one batch
         # before: it is retracted by value. Floating-point sums (avg, stddev, var of doubles) depend
         # on the order rows are added, so each partition's rows are in one task, in one order.
