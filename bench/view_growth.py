@@ -29,6 +29,10 @@ Three materialized views (issue 13), on one StreamDB server (real Spark, local[2
   share     each group's share of the table, a scalar subquery over the groups (such a view was
             recomputed over its whole input every epoch before 2026-12-02):
             SELECT grp, count(*) AS n, count(*) * 1000 / (SELECT count(*) FROM tt) AS permille FROM tt GROUP BY grp
+  changed   a filter over a window function (rows whose value rose from the previous one in their
+            group; such a view was recomputed over its whole input every epoch before 2026-12-02):
+            SELECT id, grp, v, prev FROM (SELECT id, grp, v, lag(v) OVER (PARTITION BY grp ORDER BY id)
+            AS prev FROM tt) q WHERE v > prev
   unnest    a set-returning function over the table with deletes, two rows per table row (run
             by the epoch driver over the table's changes, a linear query; a Recompute per row on
             the pipeline was measured against it and dropped, 2026-12-02):
@@ -43,7 +47,7 @@ minmax the DELETE of a group's current minimum (a retraction of the minimum: the
 top_table the DELETE of the table's current top row (the view takes the next one in; for
 rollup the same DELETE, the grand total's max then the next value; for unnest the same
 DELETE, the view then without the row's two values; for share the same DELETE, the row's group
-then one row fewer), for
+then one row fewer; for changed the same DELETE, the view then without the row), for
 semi_join a new top value for a key the subquery holds, for recent a hit of now with a new top
 value (the stream `hits` gets as many rows as `ev`, their times spread over the two hours before
 the load, so rows leave the view all along), and
@@ -111,6 +115,8 @@ VIEWS = {
     "rollup": "SELECT grp, count(*) AS n, sum(v) AS total, max(v) AS hi FROM tt GROUP BY ROLLUP (grp)",
     "unnest": "SELECT id, unnest(ARRAY[grp, v]) AS e FROM tt",
     "share": "SELECT grp, count(*) AS n, count(*) * 1000 / (SELECT count(*) FROM tt) AS permille FROM tt GROUP BY grp",
+    "changed": "SELECT id, grp, v, prev FROM (SELECT id, grp, v, lag(v) OVER (PARTITION BY grp ORDER BY id) AS prev "
+               "FROM tt) q WHERE v > prev",
 }
 # PostgreSQL has no SESSION(): the same query as the window functions the planner expands it to.
 PG_VIEWS = {**VIEWS, "session": (
@@ -218,7 +224,7 @@ def load(systems: list[psycopg.Connection[Any]], data: Data, size: int, table_ca
         for c in systems:
             copy_rows(c, "ev", "k, v", rows)
         remaining -= n
-    if not {"minmax", "top_table", "rollup", "unnest", "share"} & set(views):
+    if not {"minmax", "top_table", "rollup", "unnest", "share", "changed"} & set(views):
         return
     size = min(size, table_cap)
     if size <= data.table_rows:
@@ -248,8 +254,8 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
           view: str, n: int) -> dict[str, Any]:
     """n single changes for `view`, timed until visible; and PostgreSQL's REFRESH after the same change."""
     sdb_times, ack_times, pg_times = [], [], []
-    if view == "unnest":
-        # The view has 2 rows per table row: its reads stay embedded on a tree before 2026-12-02
+    if view in ("unnest", "changed"):
+        # The view has up to 2 rows per table row: its reads stay embedded on a tree before 2026-12-02
         # too (there, past 1M rows they went to Spark, which took seconds and once ran its heap
         # out), so the probe times the view, not the read.
         sdb.execute("SET streamdb.spark_read_threshold_rows = 1000000000")
@@ -302,7 +308,7 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             change = ("DELETE FROM tt WHERE id = %s", (victim,))
             n = mirror.execute("SELECT count(*) FROM tt WHERE grp = %s", (grp,)).fetchone()[0] - 1
             check_sql, check = (f"SELECT n FROM {view} WHERE grp = {grp}", lambda rows, t=n: rows == [(t,)])
-        elif view == "unnest":
+        elif view in ("unnest", "changed"):
             mirror = pg if pg is not None else sdb
             victim = mirror.execute("SELECT id FROM tt ORDER BY v DESC, id LIMIT 1").fetchone()[0]
             data.deleted.add(victim)
@@ -340,7 +346,7 @@ def probe(sdb: psycopg.Connection[Any], pg: psycopg.Connection[Any] | None, data
             t = time.monotonic()
             pg.execute(f"REFRESH MATERIALIZED VIEW {view}")
             pg_times.append(time.monotonic() - t)
-    if view == "unnest":
+    if view in ("unnest", "changed"):
         sdb.execute("RESET streamdb.spark_read_threshold_rows")
     out: dict[str, Any] = {"streamdb_ms": [round(x * 1000, 1) for x in sdb_times],
                            "streamdb_median_ms": round(statistics.median(sdb_times) * 1000, 1),
