@@ -248,3 +248,12 @@ def test_a_filter_over_a_subquerys_window_functions_is_recomputed_per_partition(
                 "SELECT a FROM (SELECT auction AS a, rank() OVER (PARTITION BY auction ORDER BY price) AS r, "
                 "lag(price) OVER (PARTITION BY url ORDER BY price) AS p FROM bid) q WHERE r = p"):
         assert strategy(sql).dataflow is None, sql  # one partition for every window, no aggregate over them
+
+
+def test_session_windows_stay_the_session_operator() -> None:
+    """SESSION(...) is a subquery of window functions to the ad hoc engines; in a view it stays
+    the Session operator, not a recomputation per partition."""
+    s = strategy("SELECT * FROM SESSION(bid, date_time, INTERVAL '10' SECOND, auction)")
+    assert s.dataflow is not None, s.reason
+    assert any(isinstance(n, D.Session) for n in s.dataflow.nodes())
+    assert not any(isinstance(n, D.Recompute) for n in s.dataflow.nodes())

@@ -1043,6 +1043,8 @@ class Lowering:
                 not isinstance(frm.this.this, exp.Select):
             return None
         inner: exp.Select = frm.this.this
+        if session_shape(inner) is not None:  # SESSION(...)'s windows: the Session operator
+            return None
         refused = ("group", "having", "distinct", "limit", "offset", "with", "qualify", "laterals", "joins")
         if any(s.args.get(a) for a in refused) or any(inner.args.get(a) for a in refused[:-1]):
             return None
