@@ -107,6 +107,11 @@ logger.microbatch.level = error
 # shutdown that cancels a batch while it stores one logged an ERROR for the expected stop.
 logger.torrentbroadcast.name = org.apache.spark.broadcast.TorrentBroadcast
 logger.torrentbroadcast.level = fatal
+# Likewise a shuffle fetch that fails fails its task (a FetchFailedException, retried or failing
+# the job); a shutdown that cancels a batch mid-shuffle logged "Error occurred while fetching local
+# blocks, null" for the expected stop.
+logger.shufflefetch.name = org.apache.spark.storage.ShuffleBlockFetcherIterator
+logger.shufflefetch.level = fatal
 # The view engine's own classes (the jar) say what they set up, once.
 logger.streamdb.name = streamdb.spark
 logger.streamdb.level = info
