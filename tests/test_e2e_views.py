@@ -1643,6 +1643,20 @@ def test_natural_and_using_joins_match_postgresql_ad_hoc_on_both_engines_and_in_
             pg.execute(f"DROP TABLE {b}")
 
 
+def _views_follow_postgresql(conn, pg, queries: dict[str, str], changes: list[str]) -> None:
+    """After each change (made in both; "" for none), each view and its query ad hoc give
+    PostgreSQL's rows for the query."""
+    for change in changes:
+        if change:
+            conn.execute(change)
+            pg.execute(change)
+        conn.execute("FLUSH")
+        for view, query in queries.items():
+            expected = sorted(pg.execute(query).fetchall(), key=repr)
+            assert sorted(conn.execute(query).fetchall(), key=repr) == expected, (change, query)
+            assert sorted(conn.execute(f"SELECT * FROM {view}").fetchall(), key=repr) == expected, (change, view)
+
+
 def test_grouping_sets_and_set_returning_views_match_postgresql(server, conn, postgres_server, unique):
     """GROUPING SETS, ROLLUP and CUBE views are maintained incrementally, one aggregate per grouping
     set (keys outside a set NULL, Postgres's grouping(a, b) bit mask a constant per set), from an
@@ -1681,15 +1695,7 @@ def test_grouping_sets_and_set_returning_views_match_postgresql(server, conn, po
     with psycopg.connect(postgres_server, autocommit=True) as pg:
         pg.execute(ddl)
         try:
-            for change in changes:
-                if change:
-                    conn.execute(change)
-                    pg.execute(change)
-                conn.execute("FLUSH")
-                for view, query in queries.items():
-                    expected = sorted(pg.execute(query).fetchall(), key=repr)
-                    assert sorted(conn.execute(query).fetchall(), key=repr) == expected, (change, query)
-                    assert sorted(conn.execute(f"SELECT * FROM {view}").fetchall(), key=repr) == expected, (change, view)
+            _views_follow_postgresql(conn, pg, queries, changes)
         finally:
             pg.execute(f"DROP TABLE {t}")
 
@@ -1727,14 +1733,7 @@ def test_subqueries_over_groups_are_incremental_and_match_postgresql(server, con
         for ddl in ddls:
             pg.execute(ddl)
         try:
-            for change in changes:
-                conn.execute(change)
-                pg.execute(change)
-                conn.execute("FLUSH")
-                for view, query in queries.items():
-                    expected = sorted(pg.execute(query).fetchall(), key=repr)
-                    assert sorted(conn.execute(query).fetchall(), key=repr) == expected, (change, query)
-                    assert sorted(conn.execute(f"SELECT * FROM {view}").fetchall(), key=repr) == expected, (change, view)
+            _views_follow_postgresql(conn, pg, queries, changes)
         finally:
             pg.execute(f"DROP TABLE {t}, {u}")
 
@@ -1768,14 +1767,7 @@ def test_filters_over_window_functions_are_recomputed_per_partition_and_match_po
     with psycopg.connect(postgres_server, autocommit=True) as pg:
         pg.execute(ddl)
         try:
-            for change in changes:
-                conn.execute(change)
-                pg.execute(change)
-                conn.execute("FLUSH")
-                for view, query in queries.items():
-                    expected = sorted(pg.execute(query).fetchall(), key=repr)
-                    assert sorted(conn.execute(query).fetchall(), key=repr) == expected, (change, query)
-                    assert sorted(conn.execute(f"SELECT * FROM {view}").fetchall(), key=repr) == expected, (change, view)
+            _views_follow_postgresql(conn, pg, queries, changes)
         finally:
             pg.execute(f"DROP TABLE {t}")
 
